@@ -1,0 +1,42 @@
+"""The output type of the compute stage: the results of one sealed epoch.
+
+Arrays are indexed by global vertex id (see :class:`compute.graph.GlobalGraph`);
+ids are dense and append-only, so a consumer that knows the first ``n`` names
+only needs the names added since.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    vector: dict[str, int]
+    records: int
+    vertices: int
+    edges: int
+    committed_at: float
+    commit_ms: float
+    timeliness_ms: dict[str, float]
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    out_degree: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    in_degree: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    compute_ms: dict[str, float] = field(default_factory=dict)
+    iterations: dict[str, int] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        """The epoch object of the API contract."""
+        return {
+            "epoch": self.epoch,
+            "vector": dict(self.vector),
+            "records": self.records,
+            "vertices": self.vertices,
+            "edges": self.edges,
+            "committed_at": dt.datetime.fromtimestamp(self.committed_at, dt.timezone.utc).isoformat(),
+            "timeliness_ms": dict(self.timeliness_ms),
+        }

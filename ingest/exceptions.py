@@ -1,0 +1,15 @@
+"""Errors of the ingest stage."""
+
+from pulsegraph.errors import PulsegraphError
+
+
+class IngestError(PulsegraphError):
+    """An ingest-stage failure that stops a source or an ingest actor."""
+
+
+class BadRecord(IngestError):
+    """A record that cannot become a transaction; it goes to the dead-letter sink, never up the stack."""
+
+
+class SourceError(IngestError):
+    """A source cannot be opened, read or positioned."""

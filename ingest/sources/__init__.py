@@ -1,0 +1,5 @@
+"""Sources: where records come from. Each partition is a small contract (see :mod:`ingest.sources.base`)."""
+
+from ingest.sources.base import RateLimiter, Record, SourcePartition, SourceSpec, open_partitions
+
+__all__ = ["RateLimiter", "Record", "SourcePartition", "SourceSpec", "open_partitions"]

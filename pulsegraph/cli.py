@@ -1,0 +1,66 @@
+"""The ``pulsegraph`` command: ``pulsegraph run`` starts the service.
+
+Every flag is generated from :class:`~pulsegraph.settings.Settings`, so the CLI,
+the environment variables and the defaults can never disagree; each flag's
+help names its ``PULSEGRAPH_*`` variable. This is the one place that
+configures logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from pulsegraph.settings import Settings
+
+log = logging.getLogger("pulsegraph")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pulsegraph", description="A streaming graph service.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start the pipeline and the API", description="Start the pipeline and the API.")
+    for name, f in Settings.model_fields.items():
+        default = f.default if f.default is not None else "none"
+        run.add_argument(
+            _flag(name),
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"{f.description} (env PULSEGRAPH_{name.upper()}; default {default})",
+        )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    given = {k: v for k, v in vars(args).items() if k != "command"}
+    return Settings(**given)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+    except ValidationError as exc:
+        lines = [f"  {_flag(str(e['loc'][0])) if e['loc'] else ''}: {e['msg']}" for e in exc.errors()]
+        print("pulsegraph: invalid settings\n" + "\n".join(lines), file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout
+    )
+    if args.command == "run":
+        from pulsegraph.service import serve
+
+        return serve(settings)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The one settings object: typed, validated, frozen, built once at the entry point.
+
+Values come from flags (the CLI passes them in), then ``PULSEGRAPH_*``
+environment variables, then the defaults below, which run as they are. Nothing
+else in the project reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from ingest.transforms import TRANSFORMS
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+# The synthetic stream's rate when none is given: lively on a dashboard, light on a laptop.
+DEFAULT_SYNTHETIC_RATE = 1000.0
+
+
+def parse_duration(value) -> float:
+    """Seconds from 1.5, "1.5", "1500ms", "1s" or "2m"."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a duration such as 1s, 500ms or 2m")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid")
+
+    source: Literal["synthetic", "file"] = Field("synthetic", description="where events come from")
+    path: Path | None = Field(None, description="the JSONL file of --source file (followed as it grows)")
+    transform: str | None = Field(None, description="record -> updates: edges or tweets (default: tweets for synthetic, edges for file)")
+    rate: float | None = Field(None, ge=0, description="events/s to read; 0 means as fast as the pipeline takes them (default: 1000 for synthetic, unbounded for file)")
+    limit: int | None = Field(None, ge=0, description="stop the source after this many records")
+    partitions: int = Field(2, ge=1, le=1024, description="partitions of the synthetic stream")
+    seed: int = Field(7, description="seed of the synthetic stream")
+    users: int = Field(20_000, ge=2, description="users in the synthetic stream")
+    hashtags: int = Field(1_000, ge=1, description="hashtags in the synthetic stream")
+    shards: int = Field(2, ge=1, le=256, description="shard actors")
+    ingest_actors: int = Field(1, ge=1, le=256, description="ingest actors (partitions are spread over them)")
+    batch_size: int = Field(2000, ge=1, le=1_000_000, description="records read per partition per round")
+    epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
+    host: str = Field("127.0.0.1", description="address the API binds")
+    port: int = Field(8000, ge=0, le=65535, description="port the API binds")
+    data_dir: Path = Field(Path("data"), description="epoch log, dead letters and checkpoints")
+    rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
+    pagerank_tol: float = Field(1e-10, gt=0, lt=1, description="PageRank stops when the L1 change is below this")
+    pagerank_max_iter: int = Field(1000, ge=1, description="PageRank fails past this many iterations")
+    retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @field_validator("epoch_interval", mode="before")
+    @classmethod
+    def _duration(cls, v):
+        return parse_duration(v)
+
+    @field_validator("rank_types", mode="before")
+    @classmethod
+    def _types(cls, v):
+        if isinstance(v, str):
+            v = tuple(t.strip() for t in v.split(",") if t.strip())
+        return v or None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.source == "file" and self.path is None:
+            raise ValueError("--source file needs --path FILE")
+        if self.transform is not None and self.transform not in TRANSFORMS:
+            raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
+        return self
+
+    @property
+    def transform_name(self) -> str:
+        return self.transform or ("tweets" if self.source == "synthetic" else "edges")
+
+    @property
+    def source_rate(self) -> float | None:
+        if self.rate is None:
+            return DEFAULT_SYNTHETIC_RATE if self.source == "synthetic" else None
+        return self.rate or None
+
+    @property
+    def ranked_types(self) -> tuple[str, ...] | None:
+        return self.rank_types or TRANSFORMS[self.transform_name].rank_types

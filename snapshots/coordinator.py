@@ -1,0 +1,170 @@
+"""The epoch coordinator: the progress table, the cut, the durable epoch log and the seal.
+
+Ingest actors report "all of partition p below offset h_p is delivered to every
+shard". Every interval the coordinator copies that table into a vector V_e,
+appends (e, V_e) to the epoch log (fsync), tells every shard to apply through
+V_e, and seals the epoch once all of them answered. It then hands the shards'
+delta references, unopened, to the downstream consumer (the compute actor),
+which it knows only as a handle with an ``apply_epoch(info, *deltas)`` method.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+import numpy as np
+import ray
+
+from snapshots.epoch import Epoch, EpochLog, EpochStatus, now
+from snapshots.exceptions import EpochOrderError
+
+log = logging.getLogger(__name__)
+
+# Epochs handed to the consumer but not yet finished: beyond this the
+# coordinator waits, so a slow compute stage makes epochs larger instead of
+# queueing them without bound.
+MAX_INFLIGHT = 2
+# Epochs kept for status(): a few minutes at the default interval.
+RECENT = 256
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    if len(values) == 0:
+        return [0.0 for _ in qs]
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w) / w.sum()
+    return [float(v[min(np.searchsorted(cum, q), len(v) - 1)]) for q in qs]
+
+
+@ray.remote
+class EpochCoordinator:
+    def __init__(self, shards: list, consumer, log_path: str, interval_s: float | None) -> None:
+        logging.basicConfig(level=logging.INFO)
+        self._shards = shards
+        self._consumer = consumer
+        self._log = EpochLog(log_path)
+        self._interval = interval_s
+        self._lock = threading.Lock()  # progress table vs. the cut
+        self._cut_lock = threading.Lock()  # one cut at a time
+        self._progress: dict[str, int] = {}
+        self._valid: dict[str, int] = {}  # transactions (valid records) below progress[p]
+        self._pending: list[tuple[float, int]] = []  # (read_at, records) reported since the last cut
+        self._last: Epoch | None = None
+        self._recent: collections.deque = collections.deque(maxlen=RECENT)
+        self._inflight: collections.deque = collections.deque()
+        self._failed: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._interval and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="epoch-cutter", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._drain()
+        self._log.close()
+
+    def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> None:
+        with self._lock:
+            for p, (high, valid) in progress.items():
+                if high < self._progress.get(p, 0):
+                    raise EpochOrderError(f"progress for {p} goes back from {self._progress[p]} to {high}")
+                self._progress[p] = high
+                self._valid[p] = self._valid.get(p, 0) + valid
+            self._pending.append((read_at, records))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.cut()
+            except Exception:  # noqa: BLE001 - the failed epoch is recorded; cutting stops
+                log.exception("epoch failed; the coordinator stops cutting")
+                return
+
+    def cut(self) -> dict | None:
+        """Cut, log, apply and seal one epoch now. Returns its info, or None when nothing new was delivered."""
+        with self._cut_lock:
+            if self._failed:
+                return None
+            with self._lock:
+                vector = dict(self._progress)
+                if self._last is not None and vector == self._last.vector:
+                    return None
+                pending, self._pending = self._pending, []
+                records = sum(self._valid.values())
+            epoch = Epoch(number=(self._last.number + 1) if self._last else 1, vector=vector, records=records)
+            epoch.follows(self._last)
+            try:
+                epoch.cut_at = now()
+                self._log.append(epoch)
+                epoch.advance(EpochStatus.CUT)
+                pairs = [s.apply.remote(epoch.number, vector) for s in self._shards]
+                summaries = ray.get([summary for summary, _ in pairs])
+                epoch.sealed_at = now()
+                epoch.advance(EpochStatus.SEALED)
+            except Exception as exc:
+                epoch.fail(f"{type(exc).__name__}: {exc}")
+                self._failed = epoch.error
+                self._recent.append(epoch)
+                raise
+            if pending:
+                read_at, n = (np.array(x, dtype=np.float64) for x in zip(*pending))
+                p50, p99 = weighted_percentiles((epoch.sealed_at - read_at) * 1000.0, n, (0.5, 0.99))
+                late = float((epoch.sealed_at - read_at.min()) * 1000.0)
+                epoch.timeliness_ms = {"p50": p50, "p99": p99, "max": late}
+            else:
+                epoch.timeliness_ms = {"p50": 0.0, "p99": 0.0, "max": 0.0}
+            self._last = epoch
+            self._recent.append(epoch)
+            info = {
+                "epoch": epoch.number,
+                "vector": dict(vector),
+                "records": records,
+                "cut_at": epoch.cut_at,
+                "sealed_at": epoch.sealed_at,
+                "commit_ms": (epoch.sealed_at - epoch.cut_at) * 1000.0,
+                "timeliness_ms": epoch.timeliness_ms,
+                "updates": sum(s.updates for s in summaries),
+                "live_edges": sum(s.live_edges for s in summaries),
+            }
+            if self._consumer is not None:
+                while len(self._inflight) >= MAX_INFLIGHT:
+                    self._wait_one()
+                self._inflight.append(self._consumer.apply_epoch.remote(info, *[d for _, d in pairs]))
+            return info
+
+    def _wait_one(self) -> None:
+        ref = self._inflight.popleft()
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001 - a failed computation does not unseal the epoch
+            log.exception("the consumer failed on an epoch")
+
+    def _drain(self) -> None:
+        while self._inflight:
+            self._wait_one()
+
+    def flush(self) -> None:
+        """Wait until the consumer has finished every epoch handed to it."""
+        with self._cut_lock:
+            self._drain()
+
+    def status(self) -> dict:
+        last = self._last
+        return {
+            "epoch": last.number if last else 0,
+            "vector": dict(last.vector) if last else {},
+            "progress": dict(self._progress),
+            "failed": self._failed,
+            "recent": [
+                {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
+                for e in list(self._recent)[-10:]
+            ],
+        }

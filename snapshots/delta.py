@@ -1,0 +1,51 @@
+"""The output type of the snapshot stage: what one shard changed in one epoch.
+
+Values are absolute (the edge's multiplicity and weight sum after the epoch,
+not the change), so applying a delta twice is harmless. Vertex and edge ids are
+the shard's local ids; ``new_names`` introduces every local vertex id a delta
+refers to before or in the delta that first uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ingest.events import WEIGHT_SCALE
+
+_I32 = np.zeros(0, dtype=np.int32)
+
+
+@dataclass
+class EpochDelta:
+    shard: int
+    epoch: int
+    types: list[str]
+    new_ids: np.ndarray = field(default_factory=lambda: _I32)
+    new_names: list[str] = field(default_factory=list)
+    attr_ids: np.ndarray = field(default_factory=lambda: _I32)
+    attrs: list[dict] = field(default_factory=list)
+    e_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    e_src: np.ndarray = field(default_factory=lambda: _I32)
+    e_dst: np.ndarray = field(default_factory=lambda: _I32)
+    e_type: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    e_mult: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    e_weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """What the coordinator learns from a shard's apply: small, so it never carries the delta."""
+
+    shard: int
+    epoch: int
+    transactions: int
+    updates: int
+    live_edges: int
+    buffered: int
+
+
+def weight_of(fixed: np.ndarray | int):
+    """Fixed-point weight sums back to floats."""
+    return np.asarray(fixed, dtype=np.float64) / WEIGHT_SCALE

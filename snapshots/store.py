@@ -1,0 +1,286 @@
+"""The shard's graph store: a commutative edge table and last-writer-wins vertices, in NumPy columns.
+
+Owns the state of one shard and the buffer of transactions not yet covered by
+an epoch. It must not know about Ray, sources or the coordinator: the actor in
+:mod:`snapshots.shard` wraps it.
+
+Why the state is a pure function of the epoch vector:
+* an edge (src, dst, type) carries a signed multiplicity and a fixed-point
+  weight sum; ``add_edge`` adds, ``remove_edge`` subtracts, so any order of the
+  same updates gives the same integers;
+* vertex attributes are last-writer-wins by (ts, partition, offset, index in
+  the transaction), a total order that does not depend on arrival order;
+* a vertex exists once an applied update touched it;
+* a transaction (partition, offset) is buffered at most once and applied once,
+  when the first epoch with ``offset < V[partition]`` comes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ingest.batch import ShardBatch
+from snapshots.delta import EpochDelta, ShardSummary
+from snapshots.exceptions import EpochOrderError, ShardCapacityError
+from snapshots.growable import Column
+
+# The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
+# index is one sorted integer array: 67M local vertices and 4096 edge types per shard.
+SRC_SHIFT = np.uint64(38)
+DST_SHIFT = np.uint64(12)
+MAX_VERTICES = 1 << 26
+MAX_TYPES = 1 << 12
+
+
+class EdgeTable:
+    """Append-only edge slots plus a sorted key index; slot ids never move."""
+
+    def __init__(self) -> None:
+        self.src = Column(np.int32)
+        self.dst = Column(np.int32)
+        self.etype = Column(np.int16)
+        self.mult = Column(np.int64)
+        self.weight = Column(np.int64)
+        self._keys = np.zeros(0, dtype=np.uint64)
+        self._slots = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def apply(self, src, dst, etype, dmult, dweight) -> np.ndarray:
+        """Add signed multiplicities and weights; returns the touched slots."""
+        if len(src) == 0:
+            return np.zeros(0, dtype=np.int64)
+        keys = (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        uniq = sk[starts]
+        dm = np.add.reduceat(dmult[order].astype(np.int64), starts)
+        dw = np.add.reduceat(dweight[order].astype(np.int64), starts)
+
+        pos = np.searchsorted(self._keys, uniq)
+        found = np.zeros(len(uniq), dtype=bool)
+        if len(self._keys):
+            inside = pos < len(self._keys)
+            found[inside] = self._keys[pos[inside]] == uniq[inside]
+        old = self._slots[pos[found]]
+        self.mult.view[old] += dm[found]
+        self.weight.view[old] += dw[found]
+
+        new = ~found
+        fresh = np.arange(len(self), len(self) + int(new.sum()), dtype=np.int64)
+        nk = uniq[new]
+        self.src.extend((nk >> SRC_SHIFT).astype(np.int32))
+        self.dst.extend(((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32))
+        self.etype.extend((nk & np.uint64(MAX_TYPES - 1)).astype(np.int16))
+        self.mult.extend(dm[new])
+        self.weight.extend(dw[new])
+        self._keys = np.insert(self._keys, pos[new], nk)
+        self._slots = np.insert(self._slots, pos[new], fresh)
+        return np.concatenate([old, fresh])
+
+    def live(self) -> int:
+        return int(np.count_nonzero(self.mult.view > 0))
+
+    @property
+    def nbytes(self) -> int:
+        cols = (self.src, self.dst, self.etype, self.mult, self.weight)
+        return sum(c.nbytes for c in cols) + self._keys.nbytes + self._slots.nbytes
+
+
+class Interner:
+    """String -> dense int id, append-only."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self._limit = limit
+        self._what = what
+
+    def ids(self, names: list[str]) -> np.ndarray:
+        index, out = self.index, np.empty(len(names), dtype=np.int32)
+        for i, name in enumerate(names):
+            j = index.get(name)
+            if j is None:
+                j = index[name] = len(self.names)
+                if j >= self._limit:
+                    raise ShardCapacityError(
+                        f"more than {self._limit} {self._what} on one shard. "
+                        "Operator action: run with more --shards."
+                    )
+                self.names.append(name)
+            out[i] = j
+        return out
+
+
+class _PartitionBuffer:
+    """Transactions of one partition received but not yet covered by an epoch."""
+
+    def __init__(self) -> None:
+        self.edges: list[tuple[np.ndarray, ...]] = []  # (off, src, dst, type, sign, weight)
+        self.vertices: list[tuple] = []  # (off, vid, attrs, ts, seq)
+        self.offsets = np.zeros(0, dtype=np.int64)  # sorted offsets of buffered transactions
+
+    def size(self) -> int:
+        return len(self.offsets)
+
+
+class ShardStore:
+    def __init__(self, shard: int) -> None:
+        self.shard = shard
+        self.vertices = Interner(MAX_VERTICES, "vertices")
+        self.types = Interner(MAX_TYPES, "edge types")
+        self.exists = Column(np.bool_)
+        self.attrs: dict[int, dict] = {}
+        self._stamps: dict[int, tuple] = {}
+        self.edges = EdgeTable()
+        self.applied: dict[str, int] = {}
+        self.epoch = 0
+        self.transactions = 0
+        self._buffers: dict[str, _PartitionBuffer] = {}
+
+    # -- receiving ----------------------------------------------------------
+    def receive(self, batch: ShardBatch) -> int:
+        """Buffer a batch; transactions already applied or already buffered are dropped. Returns how many were kept."""
+        e_part = np.asarray(batch.e_part, dtype=np.int32)
+        e_off = np.asarray(batch.e_off, dtype=np.int64)
+        v_part = np.asarray(batch.v_part, dtype=np.int32)
+        v_off = np.asarray(batch.v_off, dtype=np.int64)
+        e_src = self._intern(batch.e_src)
+        e_dst = self._intern(batch.e_dst)
+        e_type = self.types.ids(batch.e_type).astype(np.int16)
+        v_id = self._intern(batch.v_id)
+        e_sign = np.asarray(batch.e_sign, dtype=np.int8)
+        e_w = np.asarray(batch.e_weight, dtype=np.int64)
+        kept = 0
+        for pi, name in enumerate(batch.partitions):
+            buf = self._buffers.setdefault(name, _PartitionBuffer())
+            em, vm = e_part == pi, v_part == pi
+            offs = np.unique(np.concatenate([e_off[em], v_off[vm]]))
+            fresh = offs[offs >= self.applied.get(name, 0)]
+            if len(buf.offsets) and len(fresh) and fresh[0] <= buf.offsets[-1]:
+                fresh = fresh[~np.isin(fresh, buf.offsets)]
+            if len(fresh) == 0:
+                continue
+            em &= np.isin(e_off, fresh)
+            vm &= np.isin(v_off, fresh)
+            if em.any():
+                buf.edges.append((e_off[em], e_src[em], e_dst[em], e_type[em], e_sign[em], e_w[em]))
+            if vm.any():
+                idx = np.flatnonzero(vm)
+                seq = _run_index(v_off[idx])
+                buf.vertices.extend(
+                    (int(v_off[i]), int(v_id[i]), batch.v_attrs[i], float(batch.v_ts[i]), int(s))
+                    for i, s in zip(idx, seq)
+                )
+            buf.offsets = np.union1d(buf.offsets, fresh)
+            kept += len(fresh)
+        return kept
+
+    def _intern(self, names: list[str]) -> np.ndarray:
+        ids = self.vertices.ids(names)
+        if len(self.vertices.names) > len(self.exists):
+            self.exists.extend(np.zeros(len(self.vertices.names) - len(self.exists), dtype=np.bool_))
+        return ids
+
+    # -- applying -----------------------------------------------------------
+    def apply(self, epoch: int, vector: dict[str, int]) -> tuple[ShardSummary, EpochDelta]:
+        """Apply every buffered transaction with ``offset < vector[partition]``; return what changed."""
+        if epoch <= self.epoch:
+            raise EpochOrderError(f"shard {self.shard}: epoch {epoch} after epoch {self.epoch}")
+        for name, high in self.applied.items():
+            if vector.get(name, 0) < high:
+                raise EpochOrderError(f"shard {self.shard}: vector shrinks for {name}: {vector.get(name, 0)} < {high}")
+        edge_parts, vertex_rows, txs = [], [], 0
+        for name, high in vector.items():
+            buf = self._buffers.get(name)
+            if buf is None or not buf.size():
+                continue
+            txs += int(np.searchsorted(buf.offsets, high))
+            buf.offsets = buf.offsets[buf.offsets >= high]
+            if buf.edges:
+                cols = [np.concatenate(c) for c in zip(*buf.edges)]
+                take = cols[0] < high
+                edge_parts.append([c[take] for c in cols])
+                rest = [c[~take] for c in cols]
+                buf.edges = [tuple(rest)] if len(rest[0]) else []
+            keep = []
+            for row in buf.vertices:
+                if row[0] < high:
+                    vertex_rows.append((name, *row))
+                else:
+                    keep.append(row)
+            buf.vertices = keep
+
+        if edge_parts:
+            off, src, dst, typ, sign, w = (np.concatenate(c) for c in zip(*edge_parts))
+            touched = self.edges.apply(src, dst, typ, sign.astype(np.int64), w * sign)
+        else:
+            src = dst = np.zeros(0, dtype=np.int32)
+            touched = np.zeros(0, dtype=np.int64)
+
+        vids = np.array([r[2] for r in vertex_rows], dtype=np.int32)
+        touched_v = np.unique(np.concatenate([src, dst, vids]))
+        newly = touched_v[~self.exists.view[touched_v]]
+        self.exists.view[newly] = True
+
+        changed: set[int] = set()
+        for name, off, vid, attrs, ts, seq in vertex_rows:
+            stamp = (ts, name, off, seq)
+            old = self._stamps.get(vid)
+            if old is None or stamp > old:
+                self._stamps[vid] = stamp
+                self.attrs[vid] = attrs
+                changed.add(vid)
+
+        for name, high in vector.items():
+            self.applied[name] = max(high, self.applied.get(name, 0))
+        self.epoch = epoch
+        self.transactions += txs
+        e = self.edges
+        attr_ids = np.array(sorted(changed), dtype=np.int32)
+        delta = EpochDelta(
+            shard=self.shard,
+            epoch=epoch,
+            types=list(self.types.names),
+            new_ids=newly.astype(np.int32),
+            new_names=[self.vertices.names[i] for i in newly],
+            attr_ids=attr_ids,
+            attrs=[self.attrs[i] for i in attr_ids],
+            e_slot=touched,
+            e_src=e.src.view[touched].copy(),
+            e_dst=e.dst.view[touched].copy(),
+            e_type=e.etype.view[touched].copy(),
+            e_mult=e.mult.view[touched].copy(),
+            e_weight=e.weight.view[touched].copy(),
+        )
+        summary = ShardSummary(
+            shard=self.shard,
+            epoch=epoch,
+            transactions=txs,
+            updates=len(src) + len(vertex_rows),
+            live_edges=e.live(),
+            buffered=sum(b.size() for b in self._buffers.values()),
+        )
+        return summary, delta
+
+    # -- reading ------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``."""
+        names, types, e = self.vertices.names, self.types.names, self.edges
+        verts = {names[i]: self.attrs.get(int(i)) for i in np.flatnonzero(self.exists.view)}
+        edges = {
+            (names[s], names[d], types[t]): (int(m), int(w))
+            for s, d, t, m, w in zip(e.src.view, e.dst.view, e.etype.view, e.mult.view, e.weight.view)
+        }
+        return {"vertices": verts, "edges": edges}
+
+
+def _run_index(offsets: np.ndarray) -> np.ndarray:
+    """0, 1, 2... within each run of equal offsets: the order of updates inside one transaction."""
+    if len(offsets) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.r_[True, offsets[1:] != offsets[:-1]]
+    run_start = np.maximum.accumulate(np.where(starts, np.arange(len(offsets)), 0))
+    return np.arange(len(offsets)) - run_start
