@@ -95,8 +95,8 @@ class EpochCoordinator:
                 return None
             with self._lock:
                 vector = dict(self._progress)
-                if self._last is not None and vector == self._last.vector:
-                    return None
+                if vector == (self._last.vector if self._last else {}):
+                    return None  # nothing new delivered: no empty epochs
                 pending, self._pending = self._pending, []
                 records = sum(self._valid.values())
             epoch = Epoch(number=(self._last.number + 1) if self._last else 1, vector=vector, records=records)
