@@ -37,6 +37,7 @@ def _error(status: int, code: str, message: str) -> JSON:
     return JSON({"error": {"code": code, "message": message}}, status_code=status)
 
 
+EpochQ = Annotated[int | None, Query(ge=1, description="a retained epoch; omitted: the newest")]
 ERRORS: dict = {404: {"model": Error}, 422: {"model": Error}}
 
 
@@ -65,8 +66,6 @@ def create_app(store: ResultStore, status: Callable[[], dict] | None = None) -> 
         if algo not in ALGORITHMS:
             raise ApiError(f"unknown algo {algo!r}; known: {', '.join(ALGORITHMS)}", code="unknown_algo")
         return algo
-
-    EpochQ = Annotated[int | None, Query(ge=1, description="a retained epoch; omitted: the newest")]
 
     @app.get("/health", response_model=Health)
     def health() -> JSON:

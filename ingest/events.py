@@ -20,7 +20,7 @@ from ingest.exceptions import BadRecord
 # is generous for user names, URLs and hashtags while bounding memory per vertex.
 MAX_ID_BYTES = 256
 # Edge types are interned per shard into 12 bits of the packed edge key.
-EDGE_TYPE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,32}$")
+EDGE_TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
 # Weights are summed as fixed-point integers so that sums commute exactly:
 # S_e must be a pure function of V_e, and float addition is not associative.
 WEIGHT_SCALE = 1_000_000
@@ -95,8 +95,8 @@ def check_id(value: str, field: str) -> str:
 
 
 def check_edge_type(value: str) -> str:
-    if not EDGE_TYPE_PATTERN.match(value):
-        raise BadRecord(f"edge type {value[:40]!r} must match {EDGE_TYPE_PATTERN.pattern}")
+    if not EDGE_TYPE_PATTERN.fullmatch(value):
+        raise BadRecord(f"edge type {value[:40]!r} must match {EDGE_TYPE_PATTERN.pattern!r}")
     return value
 
 
@@ -128,3 +128,5 @@ def decode(dec: msgspec.json.Decoder, raw: bytes):
         raise BadRecord(f"invalid event: {exc}") from None
     except msgspec.DecodeError as exc:
         raise BadRecord(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise BadRecord("record nests too deeply") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 
 import uvicorn
 
@@ -22,6 +23,10 @@ def print_epoch(view: EpochView) -> None:
     )
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def serve(settings: Settings) -> int:
     pipeline = Pipeline(settings, on_epoch=print_epoch)
     log.info("starting: source %s, %d shards, %d ingest actors", settings.source, settings.shards, settings.ingest_actors)
@@ -29,8 +34,13 @@ def serve(settings: Settings) -> int:
     app = create_app(pipeline.store, pipeline.status)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
     log.info("serving on http://%s:%d/  (top ranks: /v1/rank/top?k=10, API docs: /docs)", settings.host, settings.port)
+    # uvicorn shuts down gracefully on SIGINT and SIGTERM, then re-raises the
+    # signal; make SIGTERM an interrupt too, so the pipeline below is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.run()
+    except KeyboardInterrupt:
+        pass
     finally:
         log.info("stopping the pipeline")
         pipeline.stop()

@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
-    data_dir: Path = Field(Path("data"), description="epoch log, dead letters and checkpoints")
+    data_dir: Path = Field(Path("data"), description="where the epoch log and the dead-letter file are written")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
     pagerank_tol: float = Field(1e-10, gt=0, lt=1, description="PageRank stops when the L1 change is below this")
     pagerank_max_iter: int = Field(1000, ge=1, description="PageRank fails past this many iterations")

@@ -46,7 +46,7 @@ class FilePartition(SourcePartition):
         return True
 
     def position(self) -> int:
-        return self._line
+        return max(self._line, self._start)
 
     def exhausted(self) -> bool:
         return self._end is not None and self._line >= self._end

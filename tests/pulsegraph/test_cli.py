@@ -1,0 +1,90 @@
+"""The ``pulsegraph`` command as a user runs it: flags, validation, and a real ``pulsegraph run``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from pulsegraph.cli import build_parser, main
+from pulsegraph.settings import Settings
+
+EXE = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
+
+
+def test_every_setting_is_a_flag_that_names_its_variable():
+    text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in text
+        assert "PULSEGRAPH_" + name.upper() in re.sub(r"\s+", "", text)
+
+
+def test_invalid_settings_exit_2_with_a_message(capsys):
+    assert main(["run", "--shards", "0"]) == 2
+    assert "--shards" in capsys.readouterr().err
+    assert main(["run", "--source", "file"]) == 2
+    assert "--path" in capsys.readouterr().err
+    assert main(["run", "--epoch-interval", "soon"]) == 2
+
+
+def test_environment_variables_and_durations(monkeypatch):
+    monkeypatch.setenv("PULSEGRAPH_SHARDS", "5")
+    monkeypatch.setenv("PULSEGRAPH_RANK_TYPES", "mentions,tags")
+    s = Settings(epoch_interval="250ms")
+    assert (s.shards, s.rank_types, s.epoch_interval) == (5, ("mentions", "tags"), 0.25)
+    assert Settings(shards=3).shards == 3  # a flag beats the environment
+    with pytest.raises(Exception):
+        s.shards = 4  # frozen
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pulsegraph_run_serves_the_top_ten(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [EXE, "run", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--epoch-interval", "300ms", "--num-cpus", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path,
+    )
+    try:
+        body = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/rank/top", params={"k": 10}, timeout=2)
+                if r.status_code == 200 and len(r.json()["items"]) == 10:
+                    body = r.json()
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode()
+            time.sleep(0.5)
+        assert body is not None, "no ranking within 120 s"
+        assert all(i["vertex"].startswith("user") for i in body["items"])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out = proc.communicate(timeout=60)[0].decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0].decode()
+    assert proc.returncode == 0, out
+    assert f"http://127.0.0.1:{port}/" in out
+    assert re.search(r"epoch \d+\s+records \d+\s+vertices \d+\s+edges \d+\s+commit [\d.]+ ms", out)
+    assert (tmp_path / "data" / "epochs.log").stat().st_size > 0
+
+
+def test_the_readme_documents_every_flag():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    for name in Settings.model_fields:
+        assert f"| `--{name.replace('_', '-')}` | `PULSEGRAPH_{name.upper()}` |" in readme
