@@ -82,18 +82,30 @@ class Pipeline:
             seed=s.seed,
             users=s.users,
             hashtags=s.hashtags,
+            events_log=str(self.events_log) if s.source == "synthetic" else None,
         )
+
+    @property
+    def events_log(self):
+        """Where events POSTed to the API are appended: the followed file itself, or the
+        embedded log that is followed beside the synthetic stream as partition ``events:0``."""
+        s = self.settings
+        return s.path if s.source == "file" else s.data_dir / "events.jsonl"
 
     def start(self) -> "Pipeline":
         s = self.settings
         init_ray(s)
         s.data_dir.mkdir(parents=True, exist_ok=True)
         epoch_log = s.data_dir / "epochs.log"
-        if epoch_log.exists() and epoch_log.stat().st_size:
-            # Without a checkpoint to resume from, a new run starts a new history.
-            aside = epoch_log.with_name(f"epochs.{int(time.time())}.log")
-            epoch_log.rename(aside)
-            log.warning("previous epoch log moved to %s; this run starts at epoch 1", aside)
+        stamp = int(time.time())
+        for old in ([epoch_log, self.events_log] if s.source == "synthetic" else [epoch_log]):
+            if old.exists() and old.stat().st_size:
+                # Without a checkpoint to resume from, a new run starts a new history.
+                aside = old.with_name(f"{old.stem}.{stamp}{old.suffix}")
+                old.rename(aside)
+                log.warning("previous %s moved to %s; this run starts at epoch 1", old.name, aside)
+        if s.source == "synthetic":
+            self.events_log.touch()
         self.compute = ComputeActor.remote(s.ranked_types, s.pagerank_tol, s.pagerank_max_iter)
         self.shards = [ShardActor.remote(i) for i in range(s.shards)]
         interval = s.epoch_interval

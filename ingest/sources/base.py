@@ -86,14 +86,19 @@ class SourceSpec:
     seed: int = 7
     users: int = 20_000
     hashtags: int = 1_000
+    # A JSONL file followed as one more partition, "events:0": where the API
+    # appends the events POSTed to it when the source itself cannot take them.
+    events_log: str | None = None
     options: dict = field(default_factory=dict)
 
     def partition_names(self) -> list[str]:
         if self.kind == "synthetic":
-            return [f"synthetic:{i}" for i in range(self.partitions)]
-        if self.kind == "file":
-            return ["file:0"]
-        raise SourceError(f"unknown source kind {self.kind!r}; expected synthetic or file")
+            names = [f"synthetic:{i}" for i in range(self.partitions)]
+        elif self.kind == "file":
+            names = ["file:0"]
+        else:
+            raise SourceError(f"unknown source kind {self.kind!r}; expected synthetic or file")
+        return names + (["events:0"] if self.events_log else [])
 
 
 def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) -> list[SourcePartition]:
@@ -102,10 +107,16 @@ def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) 
     unknown = set(names) - set(all_names)
     if unknown:
         raise SourceError(f"source {spec.kind!r} has no partitions {sorted(unknown)}")
-    if spec.kind == "synthetic":
-        from ingest.sources.synthetic import SyntheticPartition
-
-        return [SyntheticPartition(spec, all_names.index(n), starts.get(n, 0)) for n in names]
     from ingest.sources.file import FilePartition
+    from ingest.sources.synthetic import SyntheticPartition
 
-    return [FilePartition(spec, starts.get(n, 0)) for n in names]
+    out: list[SourcePartition] = []
+    for n in names:
+        start = starts.get(n, 0)
+        if n == "events:0":
+            out.append(FilePartition(n, str(spec.events_log), start))
+        elif spec.kind == "synthetic":
+            out.append(SyntheticPartition(spec, all_names.index(n), start))
+        else:
+            out.append(FilePartition(n, spec.path, start, rate=spec.rate, limit=spec.limit))
+    return out

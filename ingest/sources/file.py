@@ -15,13 +15,13 @@ from ingest.sources.base import RateLimiter, Record, SourcePartition
 
 
 class FilePartition(SourcePartition):
-    def __init__(self, spec, start: int) -> None:
-        if not spec.path:
+    def __init__(self, name: str, path: str | None, start: int, rate: float | None = None, limit: int | None = None) -> None:
+        if not path:
             raise SourceError("the file source needs --path FILE")
-        self.name = "file:0"
-        self._path = spec.path
-        self._limiter = RateLimiter(spec.rate)
-        self._end = spec.limit
+        self.name = name
+        self._path = path
+        self._limiter = RateLimiter(rate)
+        self._end = limit
         self._fh = None
         self._line = 0
         self._pending = b""  # a trailing line still waiting for its newline

@@ -189,3 +189,24 @@ def test_bad_records_go_to_the_dead_letter_file_and_the_good_ones_all_apply(ray_
         assert status["dead_letters"] == len(dead)
     finally:
         p.stop()
+
+
+def test_events_appended_to_the_embedded_log_join_the_synthetic_stream(ray_cluster, tmp_path):
+    from ingest.eventlog import EventLog
+
+    settings = Settings(source="synthetic", rate=500, data_dir=tmp_path / "data", epoch_interval="100ms", users=500)
+    p = Pipeline(settings).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.epoch >= 1, timeout=60)
+        EventLog(str(p.events_log)).append(
+            [json.dumps({"user": "posted-user", "mentions": ["posted-target"], "hashtags": ["fresh"]}).encode(), b"{oops"]
+        )
+        view = p.wait_for_epoch(lambda v: v.result.vector.get("events:0") == 2, timeout=60)
+        graph = ray.get(p.compute.snapshot.remote())
+        assert graph["edges"][("posted-user", "posted-target", "mentions")][0] == 1
+        assert graph["vertices"]["#fresh"] == {"kind": "hashtag"}
+        assert view.result.vector["synthetic:0"] > 0
+        letters = (tmp_path / "data" / "dead-letter.jsonl").read_bytes().splitlines()
+        assert [json.loads(x)["partition"] for x in letters] == ["events:0"]
+    finally:
+        p.stop()

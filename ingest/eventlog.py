@@ -1,0 +1,34 @@
+"""The embedded event log: a JSONL file that producers without Kafka append to and a file partition follows.
+
+Owns the append side only; reading is the file source's job. Each append is one
+``O_APPEND`` write of whole lines, fsynced before it returns, so an event
+acknowledged to a client is on disk, and concurrent appenders never interleave
+inside a line.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+class EventLog:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._lock = threading.Lock()
+
+    def append(self, records: list[bytes]) -> None:
+        """Append records, one per line. A record must not contain a newline (compact JSON never does)."""
+        if not records:
+            return
+        if any(b"\n" in r for r in records):
+            raise ValueError("a record of the event log must not contain a newline")
+        data = b"".join(r + b"\n" for r in records)
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
