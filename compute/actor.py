@@ -13,7 +13,7 @@ import time
 
 import ray
 
-from compute.graph import GlobalGraph
+from compute.graph import EdgeChanges, GlobalGraph
 from compute.pagerank import DEFAULT_MAX_ITER, DEFAULT_TOL, pagerank
 from compute.results import EpochResult
 
@@ -41,8 +41,7 @@ class ComputeActor:
 
     def apply_epoch(self, info: dict, *deltas) -> dict:
         g = self._graph
-        for d in sorted(deltas, key=lambda d: d.shard):
-            g.apply(d)
+        changes = EdgeChanges.concat([g.apply(d) for d in sorted(deltas, key=lambda d: d.shard)])
         t0 = time.perf_counter()
         ranked = pagerank(g.adjacency(self._rank_types), tol=self._tol, max_iter=self._max_iter)
         rank_ms = (time.perf_counter() - t0) * 1000.0
@@ -61,6 +60,8 @@ class ComputeActor:
             in_degree=in_deg,
             compute_ms={"pagerank": rank_ms},
             iterations={"pagerank": ranked.iterations},
+            edge_changes=changes,
+            types=list(g.types),
         )
         self._results.append(result)
         return {"epoch": result.epoch, "vertices": result.vertices, "edges": result.edges, "compute_ms": rank_ms}

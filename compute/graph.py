@@ -8,11 +8,39 @@ algorithms run on. It must not reach back into shards: deltas are all it sees.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
+
+
+@dataclass
+class EdgeChanges:
+    """Edges whose state changed in an epoch, in global vertex ids and global type ids, with their new
+    absolute multiplicity and fixed-point weight sum. An edge is (src, dst, type): it lives on one shard."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray
+    mult: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "EdgeChanges":
+        z = np.zeros(0, dtype=np.int32)
+        return cls(z, z, np.zeros(0, np.int16), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    @classmethod
+    def concat(cls, parts: list["EdgeChanges"]) -> "EdgeChanges":
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate(c) for c in zip(*((p.src, p.dst, p.etype, p.mult, p.weight) for p in parts))))
+
+    def __len__(self) -> int:
+        return len(self.src)
 
 
 class _ShardEdges:
@@ -44,10 +72,9 @@ class GlobalGraph:
     def n(self) -> int:
         return len(self.names)
 
-    def apply(self, delta: EpochDelta) -> int:
-        """Merge one shard's delta; returns how many vertices it added to the whole graph."""
+    def apply(self, delta: EpochDelta) -> EdgeChanges:
+        """Merge one shard's delta; returns its edge changes in global ids."""
         se = self._shards.setdefault(delta.shard, _ShardEdges())
-        before = self.n
         if len(delta.new_ids):
             l2g = se.local_to_global
             need = int(delta.new_ids.max()) + 1 - len(l2g)
@@ -73,7 +100,11 @@ class GlobalGraph:
             se.etype.view[s] = tmap[delta.e_type]
             se.mult.view[s] = delta.e_mult
             se.weight.view[s] = delta.e_weight
-        return self.n - before
+            return EdgeChanges(
+                se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
+                delta.e_mult.copy(), delta.e_weight.copy(),
+            )
+        return EdgeChanges.empty()
 
     def _type_id(self, name: str) -> int:
         t = self._type_index.get(name)

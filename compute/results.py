@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compute.graph import EdgeChanges
+
 
 @dataclass
 class EpochResult:
@@ -28,6 +30,10 @@ class EpochResult:
     in_degree: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     compute_ms: dict[str, float] = field(default_factory=dict)
     iterations: dict[str, int] = field(default_factory=dict)
+    # What changed in this epoch, so a consumer can keep the graph itself (neighbors, time travel):
+    # edges as global ids with their new absolute state, ``types`` names the type ids.
+    edge_changes: EdgeChanges | None = None
+    types: list[str] = field(default_factory=list)
 
     def info(self) -> dict:
         """The epoch object of the API contract."""

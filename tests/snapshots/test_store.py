@@ -27,16 +27,20 @@ def run_schedule(stream, schedule, n_shards, data):
     delivered = {p: 0 for p in parts}
     reported = {p: 0 for p in parts}
     epoch = 0
+    replayed: dict = {}  # the graph rebuilt from the compute stage's published edge changes alone
 
     def cut(vector):
         nonlocal epoch
         epoch += 1
         for store in stores:
             _, delta = store.apply(epoch, vector)
-            graph.apply(delta)
+            ch = graph.apply(delta)
+            for s, d, t, m, w in zip(ch.src, ch.dst, ch.etype, ch.mult, ch.weight):
+                replayed[(graph.names[s], graph.names[d], graph.types[t])] = (int(m), int(w))
         want = reference(stream, vector, "multi")
         assert merge([s.snapshot() for s in stores]) == want
         assert graph.snapshot() == want
+        assert replayed == want["edges"]
 
     for st_ in schedule:
         p = parts[st_[1] % len(parts)] if len(st_) > 1 else None
