@@ -9,3 +9,7 @@ Each stage defines its own one-line subclasses in its ``exceptions.py``.
 
 class PulsegraphError(Exception):
     """Base class of all pulsegraph errors."""
+
+
+class PipelineError(PulsegraphError):
+    """The wiring cannot build or recover the pipeline."""

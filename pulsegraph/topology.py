@@ -21,8 +21,11 @@ from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
+from pulsegraph.errors import PipelineError
 from pulsegraph.settings import Settings
+from snapshots.checkpoint import CheckpointStore, Manifest
 from snapshots.coordinator import EpochCoordinator
+from snapshots.epoch import EpochLog
 from snapshots.shard import ShardActor
 
 log = logging.getLogger(__name__)
@@ -93,37 +96,67 @@ class Pipeline:
         return s.path if s.source == "file" else s.data_dir / "events.jsonl"
 
     def start(self) -> "Pipeline":
+        init_ray(self.settings)
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._launch()
+        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
+        threading.Thread(target=self._watch, name="pipeline-status", daemon=True).start()
+        return self
+
+    def _recovery(self) -> tuple[Manifest | None, list[dict]]:
+        """The checkpoint to resume from and the logged epochs after it; or a new history."""
         s = self.settings
-        init_ray(s)
-        s.data_dir.mkdir(parents=True, exist_ok=True)
         epoch_log = s.data_dir / "epochs.log"
+        manifest = CheckpointStore(s.data_dir).latest() if s.checkpoint_every else None
+        if manifest is not None:
+            if sorted(manifest.shards) != list(range(s.shards)):
+                raise PipelineError(
+                    f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {s.shards}. "
+                    f"Operator action: run with --shards {len(manifest.shards)}, or move {s.data_dir} aside to start anew."
+                )
+            replay = [e for e in EpochLog.read(str(epoch_log)) if e["epoch"] > manifest.epoch]
+            log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
+            return manifest, replay
         stamp = int(time.time())
         for old in ([epoch_log, self.events_log] if s.source == "synthetic" else [epoch_log]):
             if old.exists() and old.stat().st_size:
                 # Without a checkpoint to resume from, a new run starts a new history.
                 aside = old.with_name(f"{old.stem}.{stamp}{old.suffix}")
                 old.rename(aside)
-                log.warning("previous %s moved to %s; this run starts at epoch 1", old.name, aside)
+                log.warning("no checkpoint: previous %s moved to %s; this run starts at epoch 1", old.name, aside)
+        return None, []
+
+    def _launch(self) -> None:
+        """Create every actor, from the newest checkpoint when there is one, and start them."""
+        s = self.settings
+        manifest, replay = self._recovery()
         if s.source == "synthetic":
             self.events_log.touch()
-        self.compute = ComputeActor.remote(s.ranked_types, s.pagerank_tol, s.pagerank_max_iter)
-        self.shards = [ShardActor.remote(i) for i in range(s.shards)]
-        interval = s.epoch_interval
-        self.coordinator = EpochCoordinator.remote(self.shards, self.compute, str(epoch_log), interval)
+        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(s.ranked_types, s.model_dump(include={"device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction"}))
+        if manifest is None:
+            self.shards = [ShardActor.remote(i) for i in range(s.shards)]
+            resume, starts = None, {}
+        else:
+            self.shards = [
+                ShardActor.remote(i, (str(manifest.shard_path(i)), manifest.shards[i])) for i in range(s.shards)
+            ]
+            resume = {"epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay}
+            starts = manifest.vector
+        self.coordinator = EpochCoordinator.remote(
+            self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
+            str(s.data_dir), s.checkpoint_every, resume,
+        )
         spec = self.spec
         owners = spread(spec.partition_names(), s.ingest_actors)
         self.ingest = [
             IngestActor.remote(
-                i, spec, parts, {}, s.transform_name, self.shards, self.coordinator,
-                str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
+                i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
+                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
             )
             for i, parts in enumerate(owners)
             if parts
         ]
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
-        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
-        threading.Thread(target=self._watch, name="pipeline-status", daemon=True).start()
-        return self
 
     def _epoch_arrived(self, view: EpochView) -> None:
         if callable(self.on_epoch):

@@ -17,6 +17,7 @@ import threading
 import numpy as np
 import ray
 
+from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
 
@@ -41,18 +42,40 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[floa
 
 @ray.remote
 class EpochCoordinator:
-    def __init__(self, shards: list, consumer, log_path: str, interval_s: float | None) -> None:
+    def __init__(
+        self,
+        shards: list,
+        consumer,
+        log_path: str,
+        interval_s: float | None,
+        data_dir: str | None = None,
+        checkpoint_every: int = 0,
+        resume: dict | None = None,
+    ) -> None:
+        """``resume``: ``{"epoch", "vector", "valid", "replay"}`` from the checkpoint the shards were
+        restored from; ``replay`` lists the epoch-log entries after it, which are cut again with
+        exactly their logged numbers and vectors, so history after a crash is the history before it."""
         logging.basicConfig(level=logging.INFO)
         self._shards = shards
         self._consumer = consumer
         self._log = EpochLog(log_path)
         self._interval = interval_s
+        self._checkpoints = CheckpointStore(data_dir) if data_dir and checkpoint_every else None
+        self._checkpoint_every = checkpoint_every
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
         self._progress: dict[str, int] = {}
         self._valid: dict[str, int] = {}  # transactions (valid records) below progress[p]
         self._pending: list[tuple[float, int]] = []  # (read_at, records) reported since the last cut
         self._last: Epoch | None = None
+        self._durable: dict[str, int] = {}
+        self._replay: collections.deque = collections.deque()
+        if resume:
+            self._progress = dict(resume["vector"])
+            self._valid = dict(resume["valid"])
+            self._durable = dict(resume["vector"])
+            self._last = Epoch(resume["epoch"], dict(resume["vector"]), EpochStatus.DURABLE)
+            self._replay.extend(e for e in resume.get("replay", []) if e["epoch"] > resume["epoch"])
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
         self._inflight: collections.deque = collections.deque()
         self._failed: str | None = None
@@ -71,7 +94,8 @@ class EpochCoordinator:
         self._drain()
         self._log.close()
 
-    def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> None:
+    def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> dict[str, int]:
+        """Record delivered progress; answers the newest durable vector (what a source may commit upstream)."""
         with self._lock:
             for p, (high, valid) in progress.items():
                 if high < self._progress.get(p, 0):
@@ -79,6 +103,7 @@ class EpochCoordinator:
                 self._progress[p] = high
                 self._valid[p] = self._valid.get(p, 0) + valid
             self._pending.append((read_at, records))
+            return self._durable
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -93,22 +118,35 @@ class EpochCoordinator:
         with self._cut_lock:
             if self._failed:
                 return None
+            replaying = bool(self._replay)
             with self._lock:
-                vector = dict(self._progress)
-                if vector == (self._last.vector if self._last else {}):
-                    return None  # nothing new delivered: no empty epochs
+                if replaying:
+                    # Re-cut a logged epoch once the sources have re-delivered everything below its vector.
+                    head = self._replay[0]
+                    if any(self._progress.get(p, 0) < o for p, o in head["vector"].items()):
+                        return None
+                    self._replay.popleft()
+                    number, vector, records, valid = head["epoch"], dict(head["vector"]), head["records"], None
+                else:
+                    vector = dict(self._progress)
+                    if vector == (self._last.vector if self._last else {}):
+                        return None  # nothing new delivered: no empty epochs
+                    number = (self._last.number + 1) if self._last else 1
+                    records, valid = sum(self._valid.values()), dict(self._valid)
                 pending, self._pending = self._pending, []
-                records = sum(self._valid.values())
-            epoch = Epoch(number=(self._last.number + 1) if self._last else 1, vector=vector, records=records)
+            epoch = Epoch(number=number, vector=vector, records=records)
             epoch.follows(self._last)
             try:
                 epoch.cut_at = now()
-                self._log.append(epoch)
+                if not replaying:
+                    self._log.append(epoch)
                 epoch.advance(EpochStatus.CUT)
                 pairs = [s.apply.remote(epoch.number, vector) for s in self._shards]
                 summaries = ray.get([summary for summary, _ in pairs])
                 epoch.sealed_at = now()
                 epoch.advance(EpochStatus.SEALED)
+                if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
+                    self._checkpoint(epoch, valid)
             except Exception as exc:
                 epoch.fail(f"{type(exc).__name__}: {exc}")
                 self._failed = epoch.error
@@ -140,6 +178,13 @@ class EpochCoordinator:
                 self._inflight.append(self._consumer.apply_epoch.remote(info, *[d for _, d in pairs]))
             return info
 
+    def _checkpoint(self, epoch: Epoch, valid: dict[str, int]) -> None:
+        digests = ray.get([s.checkpoint.remote(epoch.number, str(self._checkpoints.root.parent)) for s in self._shards])
+        self._checkpoints.commit(epoch.number, epoch.vector, valid, dict(enumerate(digests)))
+        epoch.advance(EpochStatus.DURABLE)
+        with self._lock:
+            self._durable = dict(epoch.vector)
+
     def _wait_one(self) -> None:
         ref = self._inflight.popleft()
         try:
@@ -163,6 +208,8 @@ class EpochCoordinator:
             "vector": dict(last.vector) if last else {},
             "progress": dict(self._progress),
             "failed": self._failed,
+            "durable": dict(self._durable),
+            "replaying": len(self._replay),
             "recent": [
                 {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
                 for e in list(self._recent)[-10:]

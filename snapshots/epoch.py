@@ -70,7 +70,19 @@ class EpochLog:
     def __init__(self, path: str) -> None:
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._drop_torn_tail()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _drop_torn_tail(self) -> None:
+        """A crash mid-append leaves a line without its newline: cut it, or the next entry would join it."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb+") as fh:
+            data = fh.read()
+            if data and not data.endswith(b"\n"):
+                fh.truncate(data.rfind(b"\n") + 1)
+                fh.flush()
+                os.fsync(fh.fileno())
 
     def append(self, epoch: Epoch) -> None:
         line = json.dumps(

@@ -21,3 +21,11 @@ class ShardCapacityError(SnapshotError):
 
 class EpochLogError(SnapshotError):
     """The epoch log cannot be read or written."""
+
+
+class CheckpointError(SnapshotError):
+    """A checkpoint cannot be written or restored."""
+
+
+class CorruptCheckpoint(CheckpointError):
+    """A checkpoint file is truncated or fails its checksum."""

@@ -7,16 +7,32 @@ so a batch an ingest actor saw acknowledged is buffered before any later
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ray
 
 from ingest.batch import ShardBatch
+from snapshots.checkpoint import CheckpointStore, read_verified
+from snapshots.exceptions import CheckpointError
 from snapshots.store import ShardStore
 
 
 @ray.remote
 class ShardActor:
-    def __init__(self, shard: int) -> None:
-        self._store = ShardStore(shard)
+    def __init__(self, shard: int, restore: tuple[str, str] | None = None) -> None:
+        """``restore``: (path, sha256) of this shard's file in a checkpoint, read from storage every node sees."""
+        if restore is None:
+            self._store = ShardStore(shard)
+        else:
+            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]))
+            if self._store.shard != shard:
+                raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
+
+    def checkpoint(self, epoch: int, data_dir: str) -> str:
+        """Write the state as of ``epoch`` (the last one applied); returns the file's sha256."""
+        if self._store.epoch != epoch:
+            raise CheckpointError(f"shard {self._store.shard} is at epoch {self._store.epoch}, not {epoch}")
+        return CheckpointStore(data_dir).write_shard(epoch, self._store.shard, self._store.state())
 
     def receive(self, batch: ShardBatch) -> int:
         return self._store.receive(batch)

@@ -17,6 +17,8 @@ Why the state is a pure function of the epoch vector:
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 from ingest.batch import ShardBatch
@@ -139,6 +141,7 @@ class ShardStore:
         self.epoch = 0
         self.transactions = 0
         self._buffers: dict[str, _PartitionBuffer] = {}
+        self._resend_all = False  # after a restore: the next delta is the whole shard
 
     # -- receiving ----------------------------------------------------------
     def receive(self, batch: ShardBatch) -> int:
@@ -224,8 +227,15 @@ class ShardStore:
         touched_v = np.unique(np.concatenate([src, dst, vids]))
         newly = touched_v[~self.exists.view[touched_v]]
         self.exists.view[newly] = True
+        if self._resend_all:
+            self._resend_all = False
+            newly = np.flatnonzero(self.exists.view)
+            touched = np.arange(len(self.edges), dtype=np.int64)
+            changed_all = set(self.attrs)
+        else:
+            changed_all = set()
 
-        changed: set[int] = set()
+        changed: set[int] = changed_all
         for name, off, vid, attrs, ts, seq in vertex_rows:
             stamp = (ts, name, off, seq)
             old = self._stamps.get(vid)
@@ -240,18 +250,26 @@ class ShardStore:
         self.transactions += txs
         e = self.edges
         attr_ids = np.array(sorted(changed), dtype=np.int32)
+        # Downstream ids are a pure function of the epochs: new vertices in name order, and only
+        # the edge types applied so far, in name order (interning order depends on arrival).
+        names = self.vertices.names
+        newly = newly[np.argsort(np.array([names[i] for i in newly], dtype=object), kind="stable")]
+        used = np.flatnonzero(np.bincount(e.etype.view, minlength=len(self.types.names)))
+        used = used[np.argsort(np.array([self.types.names[t] for t in used], dtype=object), kind="stable")]
+        type_map = np.zeros(len(self.types.names), dtype=np.int16)
+        type_map[used] = np.arange(len(used), dtype=np.int16)
         delta = EpochDelta(
             shard=self.shard,
             epoch=epoch,
-            types=list(self.types.names),
+            types=[self.types.names[t] for t in used],
             new_ids=newly.astype(np.int32),
-            new_names=[self.vertices.names[i] for i in newly],
+            new_names=[names[i] for i in newly],
             attr_ids=attr_ids,
             attrs=[self.attrs[i] for i in attr_ids],
             e_slot=touched,
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),
-            e_type=e.etype.view[touched].copy(),
+            e_type=type_map[e.etype.view[touched]],
             e_mult=e.mult.view[touched].copy(),
             e_weight=e.weight.view[touched].copy(),
         )
@@ -264,6 +282,44 @@ class ShardStore:
             buffered=sum(b.size() for b in self._buffers.values()),
         )
         return summary, delta
+
+    # -- checkpoints --------------------------------------------------------
+    def state(self) -> bytes:
+        """The applied state (never the buffer: the source replays it from the vector) as bytes."""
+        e = self.edges
+        exists = self.exists.view
+        return pickle.dumps(
+            {
+                "shard": self.shard,
+                "epoch": self.epoch,
+                "applied": dict(self.applied),
+                "transactions": self.transactions,
+                "vertices": self.vertices.names,
+                "types": self.types.names,
+                "exists": exists.copy(),
+                "attrs": self.attrs,
+                "stamps": self._stamps,
+                "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight")},
+            },
+            protocol=5,
+        )
+
+    @classmethod
+    def restore(cls, payload: bytes) -> "ShardStore":
+        """A store in the state :meth:`state` saved; its next delta carries everything, so a
+        downstream stage that starts empty is rebuilt by it."""
+        st = pickle.loads(payload)
+        store = cls(st["shard"])
+        store.epoch, store.applied, store.transactions = st["epoch"], st["applied"], st["transactions"]
+        store.vertices.ids(st["vertices"])
+        store.types.ids(st["types"])
+        store.exists.extend(st["exists"])
+        store.attrs, store._stamps = st["attrs"], st["stamps"]
+        cols = st["edges"]
+        if len(cols["src"]):
+            store.edges.apply(cols["src"], cols["dst"], cols["etype"], cols["mult"], cols["weight"])
+        store._resend_all = True
+        return store
 
     # -- reading ------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -1,0 +1,137 @@
+"""Checkpoints: ``(epoch, vector, graph state)`` written atomically, one file per shard plus a manifest.
+
+Layout under ``<data_dir>/checkpoints/``::
+
+    epoch-000000000042/shard-0.ckpt   one shard's applied state (not its buffer)
+    epoch-000000000042/shard-1.ckpt
+    epoch-000000000042/MANIFEST       epoch, vector, valid records per partition, each shard file's sha256
+
+Every file is written to a temporary name, fsynced, renamed, and its folder
+fsynced; the manifest goes last, so a checkpoint without one never counts.
+Each file carries a magic header and the sha256 of its payload: a torn or
+corrupt checkpoint is detected and the previous one is used. The two newest
+committed checkpoints are kept. Per-shard files let one shard be restored alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapshots.exceptions import CheckpointError, CorruptCheckpoint
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PULSEGRAPH-CKPT-1\n"
+KEEP = 2
+
+
+def write_atomic(path: Path, payload: bytes) -> str:
+    """Write ``MAGIC + sha256 + payload`` durably at ``path``; returns the hex digest."""
+    digest = hashlib.sha256(payload).digest()
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(MAGIC + digest + payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write {path}: {exc}. Operator action: check the disk under {path.parent}.") from exc
+    return digest.hex()
+
+
+def read_verified(path: Path, expect: str | None = None) -> bytes:
+    """The payload of a file written by :func:`write_atomic`; raises CorruptCheckpoint when it does not check out."""
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise CorruptCheckpoint(f"{path}: {exc}") from exc
+    head = len(MAGIC) + 32
+    if len(blob) < head or not blob.startswith(MAGIC):
+        raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
+    digest, payload = blob[len(MAGIC) : head], blob[head:]
+    if hashlib.sha256(payload).digest() != digest:
+        raise CorruptCheckpoint(f"{path}: checksum mismatch")
+    if expect is not None and digest.hex() != expect:
+        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+    return payload
+
+
+@dataclass(frozen=True)
+class Manifest:
+    epoch: int
+    vector: dict[str, int]
+    valid: dict[str, int]  # transactions (valid records) below vector[p]
+    shards: dict[int, str]  # shard -> sha256 of its file
+    directory: str
+
+    def shard_path(self, shard: int) -> Path:
+        return Path(self.directory) / f"shard-{shard}.ckpt"
+
+    @property
+    def records(self) -> int:
+        return sum(self.valid.values())
+
+
+class CheckpointStore:
+    def __init__(self, data_dir: str | Path) -> None:
+        self.root = Path(data_dir) / "checkpoints"
+
+    def folder(self, epoch: int) -> Path:
+        return self.root / f"epoch-{epoch:012d}"
+
+    def write_shard(self, epoch: int, shard: int, payload: bytes) -> str:
+        folder = self.folder(epoch)
+        folder.mkdir(parents=True, exist_ok=True)
+        return write_atomic(folder / f"shard-{shard}.ckpt", payload)
+
+    def commit(self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str]) -> Manifest:
+        folder = self.folder(epoch)
+        body = {"epoch": epoch, "vector": vector, "valid": valid, "shards": {str(k): v for k, v in shards.items()}}
+        write_atomic(folder / "MANIFEST", json.dumps(body, sort_keys=True).encode())
+        self._prune()
+        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder))
+
+    def _prune(self) -> None:
+        committed = [f for f in self._folders() if (f / "MANIFEST").exists()]
+        for old in committed[KEEP:]:
+            shutil.rmtree(old, ignore_errors=True)
+        # Folders older than the newest committed one that never got a manifest are debris of a crash.
+        if committed:
+            for f in self._folders():
+                if f.name < committed[0].name and not (f / "MANIFEST").exists():
+                    shutil.rmtree(f, ignore_errors=True)
+
+    def _folders(self) -> list[Path]:
+        if not self.root.exists():
+            return []
+        return sorted((f for f in self.root.iterdir() if f.name.startswith("epoch-")), reverse=True)
+
+    def latest(self) -> Manifest | None:
+        """The newest checkpoint whose manifest and every shard file check out."""
+        for folder in self._folders():
+            if not (folder / "MANIFEST").exists():
+                continue
+            try:
+                body = json.loads(read_verified(folder / "MANIFEST"))
+                m = Manifest(
+                    body["epoch"], body["vector"], body["valid"],
+                    {int(k): v for k, v in body["shards"].items()}, str(folder),
+                )
+                for shard, digest in m.shards.items():
+                    read_verified(m.shard_path(shard), digest)
+                return m
+            except (CorruptCheckpoint, ValueError, KeyError) as exc:
+                log.warning("checkpoint %s is unusable (%s); falling back to the previous one", folder.name, exc)
+        return None
