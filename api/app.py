@@ -1,53 +1,195 @@
-"""The FastAPI application: routes over the in-memory :class:`~api.store.ResultStore`.
+"""The FastAPI application: routes over the in-memory :class:`~api.store.ResultStore`, the dashboard, the write path.
 
 Owns the HTTP contract and the one error model ``{"error": {"code", "message"}}``,
-which errors take only here, at the edge. It never calls an actor per request;
-the pipeline's status comes from a callable the wiring passes in.
+which errors take only here, at the edge. It never calls an actor per request:
+results come from the store, the pipeline's status from a callable, and POSTed
+events go to an events sink (``list[bytes] -> None``) that the wiring passes in
+(the embedded event log today, a Kafka producer later).
+
+Security: writes need the bearer token (compared in constant time; 401 without
+one, 403 with a wrong one) and are off (403) when none is configured, unless
+anonymous writes were asked for; reads are open unless ``protect_reads``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
+import logging
 import time
-from typing import Annotated, Any, Callable
+from importlib import resources
+from typing import Annotated, Any, Callable, Literal
 
+import numpy as np
 import orjson
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.staticfiles import StaticFiles
 
-from api.exceptions import ApiError, NotFound
-from api.models import EpochInfo, EpochList, Error, Health, TopRanking, Vertex
-from api.store import TOP_CACHE, ResultStore
+from api.exceptions import ApiError, Forbidden, NotFound, PayloadTooLarge, Unauthorized, Unavailable
+from api.metrics import Metrics, TimingMiddleware
+from api.models import (
+    Accepted,
+    Algorithms,
+    EpochInfo,
+    EpochList,
+    Error,
+    Health,
+    History,
+    Movers,
+    Neighbors,
+    SearchResult,
+    TopRanking,
+    Vertex,
+)
+from api.store import TOP_CACHE, EpochView, ResultStore
+from api.stream import Broadcaster, sse_frame
+from ingest.events import WEIGHT_SCALE
 
-ALGORITHMS = ("pagerank",)
+log = logging.getLogger(__name__)
+
 # A page of epochs; the store retains more, but a dashboard never needs them at once.
 MAX_EPOCH_PAGE = 1000
 MAX_ID_BYTES = 256
+# Per-request bounds of the heavier reads: each is answered from memory in well under a millisecond per item.
+MAX_NEIGHBORS = 1000
+MAX_SEARCH = 100
+MAX_MOVERS = 100
+MAX_HISTORY = 100_000
+# The write path's bounds (issue 5): one request is at most this many events and bytes.
+MAX_EVENTS = 10_000
+MAX_BODY_BYTES = 5 * 1024 * 1024
+# How many rejected events a 202 names; the count covers all of them.
+MAX_REASONS = 100
+
+STATIC = resources.files("api") / "static"
 
 
 class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
+        if isinstance(content, bytes):
+            return content
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _error(status: int, code: str, message: str) -> JSON:
-    return JSON({"error": {"code": code, "message": message}}, status_code=status)
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> JSON:
+    return JSON({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
-EpochQ = Annotated[int | None, Query(ge=1, description="a retained epoch; omitted: the newest")]
-ERRORS: dict = {404: {"model": Error}, 422: {"model": Error}}
+EpochQ = Annotated[int | None, Query(ge=1, le=2**53, description="a retained epoch; omitted: the newest")]
+VertexP = Annotated[str, Path(min_length=1, max_length=MAX_ID_BYTES, description="a vertex id (URL-encoded)")]
 
 
-def create_app(store: ResultStore, status: Callable[[], dict] | None = None) -> FastAPI:
-    app = FastAPI(title="pulsegraph", version="0.1.0", default_response_class=JSON)
+def _errors(*codes: int) -> dict:
+    return {c: {"model": Error} for c in (*codes, 422)}
+
+
+class Auth:
+    """Bearer-token checks: constant-time compare; writes off without a token unless anonymous writes are allowed."""
+
+    def __init__(self, token: str | None, allow_anonymous_writes: bool, protect_reads: bool) -> None:
+        self.token = token.encode() if token else None
+        self.allow_anonymous_writes = allow_anonymous_writes
+        self.protect_reads = protect_reads and self.token is not None
+
+    def _check(self, creds: HTTPAuthorizationCredentials | None) -> None:
+        assert self.token is not None
+        if creds is None or not creds.credentials:
+            raise Unauthorized("this route needs 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(creds.credentials.encode(), self.token):
+            raise Forbidden("the bearer token is not valid", code="bad_token")
+
+    def write(self, creds: HTTPAuthorizationCredentials | None) -> None:
+        if self.token is None:
+            if self.allow_anonymous_writes:
+                return
+            raise Forbidden(
+                "writes are off: the server has no API token (set PULSEGRAPH_API_TOKEN or --api-token-file, "
+                "or start it with --allow-anonymous-writes)",
+                code="writes_disabled",
+            )
+        self._check(creds)
+
+    def read(self, creds: HTTPAuthorizationCredentials | None) -> None:
+        if self.protect_reads:
+            self._check(creds)
+
+    @property
+    def writes(self) -> str:
+        return "token" if self.token else ("anonymous" if self.allow_anonymous_writes else "off")
+
+
+def create_app(
+    store: ResultStore,
+    status: Callable[[], dict] | None = None,
+    *,
+    events_sink: Callable[[list[bytes]], None] | None = None,
+    event_transform: Callable[[bytes], Any] | None = None,
+    api_token: str | None = None,
+    allow_anonymous_writes: bool = False,
+    protect_reads: bool = False,
+    cors_origins: tuple[str, ...] | list[str] = (),
+) -> FastAPI:
+    """The app over ``store``.
+
+    ``events_sink`` receives each accepted batch of POSTed events as compact JSON
+    records; ``event_transform`` (the pipeline's transform, ``bytes -> updates``,
+    raising ``BadRecord``) validates each one first.
+    """
+    auth = Auth(api_token, allow_anonymous_writes, protect_reads)
+    broadcaster = Broadcaster()
+    metrics = Metrics(store, status, broadcaster)
+    bearer = HTTPBearer(auto_error=False, description="PULSEGRAPH_API_TOKEN")
+
+    def require_read(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        auth.read(creds)
+
+    def require_write(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        auth.write(creds)
+
+    # Only when reads are protected do read routes carry the check (and its cost on the hot path).
+    reads: list = [Depends(require_read)] if auth.protect_reads else []
+    read_errors = (401, 403) if auth.protect_reads else ()
+
+    def on_epoch(view: EpochView) -> None:
+        metrics.on_epoch(view)
+        broadcaster.publish(sse_frame(view.result.epoch, view.info_json))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        store.unsubscribe(on_epoch)
+
+    store.subscribe(on_epoch)
+    app = FastAPI(
+        title="pulsegraph",
+        version="0.1.0",
+        default_response_class=JSON,
+        lifespan=lifespan,
+        description="Ranks of a streaming graph, per committed epoch. Errors are `{\"error\": {\"code\", \"message\"}}`.",
+    )
     app.state.store = store
+    app.state.metrics = metrics
+    app.state.broadcaster = broadcaster
+    app.add_middleware(TimingMiddleware, metrics=metrics, skip=("/v1/stream",))
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSON:
-        return _error(exc.status, exc.code, str(exc))
+        return _error(exc.status, exc.code, str(exc), exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSON:
@@ -60,52 +202,79 @@ def create_app(store: ResultStore, status: Callable[[], dict] | None = None) -> 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSON:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, str(exc.detail))
+        return _error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
-    def check_algo(algo: str) -> str:
-        if algo not in ALGORITHMS:
-            raise ApiError(f"unknown algo {algo!r}; known: {', '.join(ALGORITHMS)}", code="unknown_algo")
-        return algo
+    def view_with(epoch: int | None, algo: str | None = None) -> EpochView:
+        view = store.get(epoch)
+        if algo is not None and algo not in view.result.scores:
+            known = store.algorithms
+            if algo in known:
+                raise NotFound(f"epoch {view.result.epoch} has no {algo} scores", code="algo_not_in_epoch")
+            raise ApiError(f"unknown algo {algo!r}; known: {', '.join(known)}", code="unknown_algo")
+        return view
 
-    @app.get("/health", response_model=Health)
-    def health() -> JSON:
-        body: dict = {"status": "ok", "epoch": store.latest_epoch}
+    def vertex_in(view: EpochView, name: str) -> int:
+        i = store.vertex_id(name)
+        if i >= view.result.vertices:
+            raise NotFound(f"vertex {name!r} is not in epoch {view.result.epoch}", code="vertex_not_found")
+        return i
+
+    # ---- dashboard -------------------------------------------------------------------------
+    index_html = (STATIC / "index.html").read_bytes() if (STATIC / "index.html").is_file() else b"<h1>pulsegraph</h1>"
+    page_headers = {
+        # Everything the page needs is served from here: no CDN, no inline script.
+        "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    }
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> Response:
+        return Response(index_html, media_type="text/html; charset=utf-8", headers=page_headers)
+
+    if STATIC.is_dir():
+        app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    # ---- reads -----------------------------------------------------------------------------
+    @app.get("/health", response_model=Health, summary="liveness and what is connected")
+    async def health() -> JSON:
+        body: dict = {"status": "ok", "epoch": store.latest_epoch, "writes": auth.writes, "events_sink": events_sink is not None}
         if status is not None:
             body.update(status())
+        body["status"] = "ok"
         return JSON(body)
 
-    @app.get("/v1/epochs/latest", response_model=EpochInfo, responses=ERRORS)
-    def latest_epoch() -> JSON:
-        return JSON(store.get().info)
+    @app.get("/v1/algorithms", response_model=Algorithms, dependencies=reads, responses=_errors(*read_errors))
+    async def algorithms() -> JSON:
+        return JSON({"items": list(store.algorithms)})
 
-    @app.get("/v1/epochs", response_model=EpochList, responses=ERRORS)
-    def epochs(limit: Annotated[int, Query(ge=1, le=MAX_EPOCH_PAGE)] = 20) -> JSON:
-        return JSON({"items": [v.info for v in store.recent(limit)]})
+    @app.get("/v1/epochs/latest", response_model=EpochInfo, dependencies=reads, responses=_errors(404, *read_errors))
+    async def latest_epoch() -> JSON:
+        return JSON(store.get().info_json)
 
-    @app.get("/v1/rank/top", response_model=TopRanking, responses=ERRORS)
-    def top(
+    @app.get("/v1/epochs/{epoch}", response_model=EpochInfo, dependencies=reads, responses=_errors(404, *read_errors))
+    async def one_epoch(epoch: Annotated[int, Path(ge=1, le=2**53)]) -> JSON:
+        return JSON(store.get(epoch).info_json)
+
+    @app.get("/v1/epochs", response_model=EpochList, dependencies=reads, responses=_errors(*read_errors))
+    async def epochs(limit: Annotated[int, Query(ge=1, le=MAX_EPOCH_PAGE)] = 20) -> JSON:
+        return JSON(b'{"items":[' + b",".join(v.info_json for v in store.recent(limit)) + b"]}")
+
+    @app.get("/v1/rank/top", response_model=TopRanking, dependencies=reads, responses=_errors(400, 404, *read_errors))
+    async def top(
         k: Annotated[int, Query(ge=1, le=TOP_CACHE)] = 10,
-        algo: str = "pagerank",
+        algo: Annotated[str, Query(min_length=1, max_length=64)] = "pagerank",
         epoch: EpochQ = None,
     ) -> JSON:
-        algo = check_algo(algo)
-        view = store.get(epoch)
-        ids = view.top[algo][:k]
-        scores = view.result.scores[algo]
-        names = store.names
-        items = [{"rank": i + 1, "vertex": names[v], "score": float(scores[v])} for i, v in enumerate(ids)]
-        return JSON({"epoch": view.result.epoch, "algo": algo, "items": items})
+        view = view_with(epoch, algo)
+        items = view.top_items(algo, store.names)[:k]
+        return JSON(b'{"epoch":%d,"algo":%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), b",".join(items)))
 
-    @app.get("/v1/vertices/{vertex_id}", response_model=Vertex, responses=ERRORS)
-    def vertex(
-        vertex_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_BYTES)],
-        epoch: EpochQ = None,
-    ) -> JSON:
+    @app.get("/v1/vertices/{vertex_id}", response_model=Vertex, dependencies=reads, responses=_errors(404, *read_errors))
+    async def vertex(vertex_id: VertexP, epoch: EpochQ = None) -> JSON:
         view = store.get(epoch)
-        i = store.vertex_id(vertex_id)
+        i = vertex_in(view, vertex_id)
         r = view.result
-        if i >= r.vertices:
-            raise NotFound(f"vertex {vertex_id!r} is not in epoch {r.epoch}", code="vertex_not_found")
         return JSON(
             {
                 "vertex": vertex_id,
@@ -116,11 +285,210 @@ def create_app(store: ResultStore, status: Callable[[], dict] | None = None) -> 
             }
         )
 
-    @app.get("/v1/status")
-    def pipeline_status() -> JSON:
-        body = {"epoch": store.latest_epoch, "retained": len(store.recent(10**9)), "time": time.time()}
+    @app.get(
+        "/v1/vertices/{vertex_id}/history",
+        response_model=History,
+        dependencies=reads,
+        responses=_errors(400, 404, *read_errors),
+        summary="score and rank per retained epoch, oldest first",
+    )
+    def history(
+        vertex_id: VertexP,
+        algo: Annotated[str, Query(min_length=1, max_length=64)] = "pagerank",
+        limit: Annotated[int, Query(ge=1, le=MAX_HISTORY)] = 120,
+    ) -> JSON:
+        view_with(None, algo)
+        i = store.vertex_id(vertex_id)
+        items = []
+        for v in store.recent(limit):
+            ranks = v.ranks.get(algo)
+            if ranks is None or i >= len(ranks):
+                continue
+            items.append({"epoch": v.result.epoch, "score": float(v.result.scores[algo][i]), "rank": int(ranks[i])})
+        items.reverse()
+        return JSON({"vertex": vertex_id, "algo": algo, "items": items})
+
+    @app.get(
+        "/v1/vertices/{vertex_id}/neighbors",
+        response_model=Neighbors,
+        dependencies=reads,
+        responses=_errors(404, *read_errors),
+        summary="live edges of a vertex, heaviest first",
+    )
+    def neighbors(
+        vertex_id: VertexP,
+        direction: Literal["out", "in"] = "out",
+        type: Annotated[str | None, Query(min_length=1, max_length=32, description="only edges of this type")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_NEIGHBORS)] = 20,
+        epoch: EpochQ = None,
+    ) -> JSON:
+        view = store.get(epoch)
+        i = vertex_in(view, vertex_id)
+        other, et, mult, weight = store.graph.neighbors(i, direction, view.result.epoch)
+        types = store.types
+        if type is not None:
+            t = types.index(type) if type in types else -1
+            keep = et == t
+            other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
+        order = np.lexsort((other, -mult, -weight))[:limit]
+        names = store.names
+        items = [
+            {"vertex": names[o], "type": types[t] if t < len(types) else str(t), "weight": w / WEIGHT_SCALE, "multiplicity": m}
+            for o, t, m, w in zip(other[order].tolist(), et[order].tolist(), mult[order].tolist(), weight[order].tolist())
+        ]
+        return JSON({"vertex": vertex_id, "epoch": view.result.epoch, "direction": direction, "items": items})
+
+    @app.get(
+        "/v1/movers",
+        response_model=Movers,
+        dependencies=reads,
+        responses=_errors(400, 404, *read_errors),
+        summary="vertices whose rank rose and fell most between two retained epochs",
+    )
+    def movers(
+        algo: Annotated[str, Query(min_length=1, max_length=64)] = "pagerank",
+        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the epoch before `to`")] = None,
+        to: Annotated[int | None, Query(ge=1, le=2**53, description="default: the newest")] = None,
+        k: Annotated[int, Query(ge=1, le=MAX_MOVERS)] = 10,
+    ) -> JSON:
+        b = view_with(to, algo)
+        to_e = b.result.epoch
+        from_e = from_ if from_ is not None else to_e - 1
+        if from_e >= to_e:
+            raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
+        a = view_with(from_e, algo)
+        n = min(len(a.ranks[algo]), len(b.ranks[algo]))
+        r1, r2 = a.ranks[algo][:n].astype(np.int64), b.ranks[algo][:n].astype(np.int64)
+        change = r1 - r2
+        scores = b.result.scores[algo]
+        names = store.names
+
+        def pick(sign: int) -> list[dict]:
+            c = change * sign
+            cand = np.flatnonzero(c > 0)
+            if len(cand) > k:
+                cand = cand[np.argpartition(-c[cand], k - 1)[:k]]
+            cand = cand[np.lexsort((r2[cand], -c[cand]))]
+            return [
+                {"vertex": names[v], "from_rank": int(r1[v]), "to_rank": int(r2[v]), "change": int(change[v]), "score": float(scores[v])}
+                for v in cand.tolist()
+            ]
+
+        return JSON({"algo": algo, "from": from_e, "to": to_e, "rising": pick(1), "falling": pick(-1)})
+
+    @app.get("/v1/search", response_model=SearchResult, dependencies=reads, responses=_errors(404, *read_errors))
+    async def search(
+        prefix: Annotated[str, Query(min_length=1, max_length=MAX_ID_BYTES)],
+        limit: Annotated[int, Query(ge=1, le=MAX_SEARCH)] = 10,
+        epoch: EpochQ = None,
+    ) -> JSON:
+        view = store.get(epoch)
+        return JSON({"epoch": view.result.epoch, "items": store.search(prefix, limit, view.result.vertices)})
+
+    @app.get(
+        "/v1/stream",
+        dependencies=reads,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "one `data:` event per sealed epoch: the epoch object"}, **_errors(503, *read_errors)},
+        response_class=StreamingResponse,
+        summary="server-sent events, one per sealed epoch",
+    )
+    async def stream() -> StreamingResponse:
+        q = broadcaster.subscribe()
+        if q is None:
+            raise Unavailable("too many open streams; poll /v1/epochs/latest instead", code="too_many_streams")
+        try:
+            v = store.get()
+            first = sse_frame(v.result.epoch, v.info_json)
+        except NotFound:
+            first = None
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(broadcaster.stream(q, first), media_type="text/event-stream", headers=headers)
+
+    @app.get("/v1/status", dependencies=reads, responses=_errors(*read_errors), summary="the pipeline's counters and positions")
+    async def pipeline_status() -> JSON:
+        body = {"epoch": store.latest_epoch, "retained": store.retained(), "time": time.time(), "stream_clients": broadcaster.clients,
+                "graph_missed_epochs": store.graph.missed_epochs}
         if status is not None:
             body.update(status())
         return JSON(body)
 
+    @app.get(
+        "/metrics",
+        dependencies=reads,
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}, **_errors(*read_errors)},
+    )
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- writes ----------------------------------------------------------------------------
+    def accept(body: bytes) -> dict:
+        try:
+            events = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(f"the body is not JSON: {exc}", code="invalid_json") from None
+        if not isinstance(events, list):
+            raise ApiError("the body must be a JSON array of events", code="invalid_request")
+        if len(events) > MAX_EVENTS:
+            raise PayloadTooLarge(f"{len(events)} events in one request; at most {MAX_EVENTS}", code="too_many_events")
+        good: list[bytes] = []
+        errors: list[dict] = []
+        rejected = 0
+        for i, ev in enumerate(events):
+            raw = orjson.dumps(ev)
+            reason = None
+            if not isinstance(ev, dict):
+                reason = "an event must be a JSON object"
+            elif event_transform is not None:
+                try:
+                    event_transform(raw)
+                except Exception as exc:  # noqa: BLE001 - BadRecord, or any fault of a user's transform: the event is refused
+                    reason = str(exc) or type(exc).__name__
+            if reason is None:
+                good.append(raw)
+            else:
+                rejected += 1
+                if len(errors) < MAX_REASONS:
+                    errors.append({"index": i, "reason": reason})
+        if good:
+            try:
+                events_sink(good)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - the sink is down: nothing was accepted, the client may retry
+                log.exception("events sink failed")
+                raise Unavailable(f"the events sink failed: {exc}", code="sink_unavailable") from None
+        metrics.events.labels("accepted").inc(len(good))
+        metrics.events.labels("rejected").inc(rejected)
+        return {"accepted": len(good), "rejected": rejected, "errors": errors}
+
+    @app.post(
+        "/v1/events",
+        status_code=202,
+        response_model=Accepted,
+        dependencies=[Depends(require_write)],
+        responses=_errors(400, 401, 403, 413, 503),
+        summary="append events to the stream",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": f"a JSON array of events (at most {MAX_EVENTS}, {MAX_BODY_BYTES} bytes), each one record for the pipeline's transform",
+                "content": {"application/json": {"schema": {"type": "array", "maxItems": MAX_EVENTS, "items": {"type": "object"}}}},
+            }
+        },
+    )
+    async def post_events(request: Request) -> JSON:
+        if events_sink is None:
+            raise Unavailable("this server has no events sink", code="no_events_sink")
+        length = request.headers.get("content-length")
+        if length is not None and not length.isdigit():
+            raise ApiError("Content-Length is not a number", code="bad_content_length")
+        if length is not None and int(length) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise PayloadTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
+        return JSON(await run_in_threadpool(accept, bytes(body)), status_code=202)
+
     return app
+

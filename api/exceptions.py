@@ -7,12 +7,35 @@ class ApiError(PulsegraphError):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(self, message: str, code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         if code:
             self.code = code
+        self.headers = headers
 
 
 class NotFound(ApiError):
     status = 404
     code = "not_found"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class Unavailable(ApiError):
+    """The server cannot do it now (a sink is down); not the client's fault."""
+
+    status = 503
+    code = "unavailable"

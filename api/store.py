@@ -1,22 +1,35 @@
-"""The API process's in-memory results: the retained epochs and the vertex names.
+"""The API process's in-memory results: the retained epochs, the vertex names, and the graph.
 
 Requests read from here and never call an actor. The feed thread adds each new
 epoch; the oldest ones beyond the retention drop off. Per epoch it keeps the
-score arrays and, sorted once, the top of each ranking.
+score arrays and, computed once when the epoch arrives, every vertex's rank per
+algorithm (ties broken by vertex id), so history and movers are lookups. Hot
+answers (the epoch object, the top of a ranking) are encoded to JSON once per
+epoch. The graph itself, for neighbors as of any retained epoch, is kept from
+the epochs' edge changes in :class:`~api.graph.GraphHistory`.
+
+The algorithms are whatever score arrays the epochs carry; nothing here names one.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
+import orjson
 
 from api.exceptions import NotFound
+from api.graph import GraphHistory
 from compute.results import EpochResult
 
-# How much of each ranking is sorted when the epoch arrives; `k` is bounded by it.
+log = logging.getLogger(__name__)
+
+# How much of each ranking is served by /v1/rank/top; `k` is bounded by it.
 TOP_CACHE = 1000
 
 
@@ -24,7 +37,32 @@ TOP_CACHE = 1000
 class EpochView:
     result: EpochResult
     info: dict
-    top: dict[str, np.ndarray]  # algo -> vertex ids, best first
+    top: dict[str, np.ndarray]  # algo -> vertex ids, best first (the first TOP_CACHE)
+    ranks: dict[str, np.ndarray] = field(default_factory=dict)  # algo -> 1-based rank by vertex id
+    info_json: bytes = b""
+    previous: "EpochView | None" = None  # the epoch before, while it is retained
+    _top_items: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def top_items(self, algo: str, names: list[str]) -> list[bytes]:
+        """The top of ``algo`` as JSON objects ``{"rank","vertex","score","previous_rank"}``, encoded once."""
+        items = self._top_items.get(algo)
+        if items is None:
+            scores = self.result.scores[algo]
+            prev = self.previous.ranks.get(algo) if self.previous is not None else None
+            items = []
+            for i, v in enumerate(self.top[algo].tolist()):
+                p = int(prev[v]) if prev is not None and v < len(prev) else None
+                items.append(orjson.dumps({"rank": i + 1, "vertex": names[v], "score": float(scores[v]), "previous_rank": p}))
+            self._top_items[algo] = items
+        return items
+
+
+def rank_order(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(vertex ids best first, 1-based rank per vertex id); ties break by vertex id, so the order is stable."""
+    order = np.argsort(-scores, kind="stable")
+    ranks = np.empty(len(scores), dtype=np.int32)
+    ranks[order] = np.arange(1, len(scores) + 1, dtype=np.int32)
+    return order, ranks
 
 
 class ResultStore:
@@ -32,31 +70,72 @@ class ResultStore:
         self.retain = retain
         self.names: list[str] = []
         self.index: dict[str, int] = {}
+        self.types: list[str] = []
+        self.graph = GraphHistory(retain)
+        self._sorted_names: list[str] = []
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
+        self._algorithms: tuple[str, ...] = ()
+        self._listeners: list[Callable[[EpochView], None]] = []
         self._lock = threading.Lock()
+
+    def subscribe(self, listener: Callable[[EpochView], None]) -> None:
+        """Call ``listener(view)`` from the feed thread for each epoch added from now on; it must not block."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[EpochView], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def add(self, results: list[EpochResult], new_names: list[str]) -> list[EpochView]:
         views = []
-        for r in results:
-            top = {}
+        for r in sorted(results, key=lambda r: r.epoch):
+            top, ranks = {}, {}
             for algo, scores in r.scores.items():
-                k = min(TOP_CACHE, len(scores))
-                if k == 0:
-                    top[algo] = np.zeros(0, dtype=np.int64)
-                    continue
-                part = np.argpartition(-scores, k - 1)[:k]
-                # Ties break by vertex id, so the order is stable across requests and replicas.
-                top[algo] = part[np.lexsort((part, -scores[part]))]
-            views.append(EpochView(r, r.info(), top))
+                order, ranks[algo] = rank_order(np.asarray(scores))
+                top[algo] = order[:TOP_CACHE]
+            info = r.info()
+            views.append(EpochView(r, info, top, ranks, orjson.dumps(info)))
+        # Merged outside the lock: two sorted runs, which timsort merges in linear time.
+        sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
+        for v in views:
+            self.graph.apply(v.result.epoch, v.result.edge_changes)
         with self._lock:
             for name in new_names:
                 self.index[name] = len(self.names)
                 self.names.append(name)
+            self._sorted_names = sorted_names
             for v in views:
+                if v.result.epoch in self._epochs:
+                    continue
+                last = self._epochs[next(reversed(self._epochs))] if self._epochs else None
+                v.previous = last if last is not None and last.result.epoch == v.result.epoch - 1 else None
                 self._epochs[v.result.epoch] = v
+                if len(v.result.types) >= len(self.types):
+                    self.types = list(v.result.types)
             while len(self._epochs) > self.retain:
-                self._epochs.popitem(last=False)
+                _, dropped = self._epochs.popitem(last=False)
+                first = next(iter(self._epochs.values()), None)
+                if first is not None:
+                    first.previous = None
+            algos: set[str] = set()
+            for v in self._epochs.values():
+                algos.update(v.result.scores)
+            self._algorithms = tuple(sorted(algos))
+            listeners = list(self._listeners)
+        for v in views:
+            for listener in listeners:
+                try:
+                    listener(v)
+                except Exception:  # noqa: BLE001 - a consumer's fault must not stop the feed
+                    log.exception("epoch listener failed")
         return views
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms that any retained epoch has scores for."""
+        return self._algorithms
 
     @property
     def latest_epoch(self) -> int:
@@ -76,11 +155,40 @@ class ResultStore:
             return view
 
     def recent(self, limit: int) -> list[EpochView]:
+        """The newest ``limit`` epochs, newest first."""
         with self._lock:
-            return list(reversed(self._epochs.values()))[:limit]
+            out = []
+            for v in reversed(self._epochs.values()):
+                if len(out) >= limit:
+                    break
+                out.append(v)
+            return out
+
+    def retained(self) -> int:
+        with self._lock:
+            return len(self._epochs)
 
     def vertex_id(self, name: str) -> int:
         i = self.index.get(name)
         if i is None:
             raise NotFound(f"unknown vertex {name!r}", code="vertex_not_found")
         return i
+
+    def search(self, prefix: str, limit: int, vertices: int, scan: int = 10_000) -> list[str]:
+        """Up to ``limit`` names starting with ``prefix`` among the first ``vertices`` ids, in name order.
+
+        Looks at no more than ``scan`` candidates, so a prefix shared by most
+        vertices of a later epoch cannot make one request walk the whole index.
+        """
+        names = self._sorted_names
+        out: list[str] = []
+        i = bisect.bisect_left(names, prefix)
+        end = min(len(names), i + scan)
+        while i < end and len(out) < limit:
+            name = names[i]
+            if not name.startswith(prefix):
+                break
+            if self.index.get(name, vertices) < vertices:
+                out.append(name)
+            i += 1
+        return out

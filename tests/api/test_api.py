@@ -10,23 +10,8 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.store import ResultStore
-from pulsegraph.settings import Settings
-from pulsegraph.topology import Pipeline
 
 EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms"}
-
-
-@pytest.fixture(scope="module")
-def running(ray_cluster, tmp_path_factory):
-    settings = Settings(
-        source="synthetic", rate=4000, partitions=3, shards=2, epoch_interval="150ms",
-        data_dir=tmp_path_factory.mktemp("data"), users=2000, hashtags=100,
-    )
-    p = Pipeline(settings).start()
-    p.wait_for_epoch(lambda v: v.result.epoch >= 3 and v.result.vertices >= 10, timeout=120)
-    with TestClient(create_app(p.store, p.status)) as client:
-        yield p, client
-    p.stop()
 
 
 def assert_epoch_shape(e: dict) -> None:

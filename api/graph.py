@@ -1,0 +1,203 @@
+"""The API process's own copy of the graph, kept from each epoch's edge changes, for neighbors as of any retained epoch.
+
+Owns nothing but what :attr:`compute.results.EpochResult.edge_changes` carries:
+edges in global vertex ids with their new *absolute* multiplicity and
+fixed-point weight, so applying an epoch twice is harmless. It never calls an
+actor and never reaches into the compute stage's internals.
+
+Layout (all NumPy, no Python object per edge):
+
+* **Slots.** Every edge ``(src, dst, type)`` ever seen gets a slot, in order of
+  first appearance; slots are never freed (an edge whose multiplicity drops to
+  0 keeps its slot, as on the shards). Per slot: ``src``, ``dst`` (int32),
+  ``etype`` (int16), ``mult``, ``weight`` (int64): the state as of the newest
+  applied epoch. 28 bytes per edge.
+* **Key index.** The edge key packed into one uint64 (src 26 bits, dst 26 bits,
+  type 12 bits), kept sorted together with its slot, so a batch of changes finds
+  its slots with one ``searchsorted``; new keys are merged in with a stable sort,
+  which on two sorted runs is a linear merge. 16 bytes per edge.
+* **Adjacency.** Slots sorted by ``src`` and by ``dst`` (int32 each), merged the
+  same way, so the out- or in-edges of a vertex are one ``searchsorted`` range.
+  Because slots are never freed, the edges of a vertex as of an older epoch are
+  a subset of its slots now. 8 bytes per edge.
+* **Undo records.** Per retained epoch, the slots it changed (sorted) and their
+  state *before* it. The state of a few slots as of epoch ``E`` is the current
+  state with the undo records of epochs ``> E`` applied, newest first; a
+  neighbors query touches only the slots of one vertex. 20 bytes per change.
+
+Vertex ids above 2**26 (67 M) or more than 4096 edge types do not fit the
+packed key and raise :class:`GraphCapacityError` loudly.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from compute.graph import EdgeChanges
+from pulsegraph.errors import PulsegraphError
+
+log = logging.getLogger(__name__)
+
+_ID_BITS = 26
+_TYPE_BITS = 12
+MAX_VERTICES = 1 << _ID_BITS
+MAX_TYPES = 1 << _TYPE_BITS
+
+
+class GraphCapacityError(PulsegraphError):
+    """The graph outgrew the packed edge key; raised in the feed thread, never by a request."""
+
+
+def pack(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
+    s = src.astype(np.uint64)
+    d = dst.astype(np.uint64)
+    t = etype.astype(np.uint64)
+    return (s << np.uint64(_ID_BITS + _TYPE_BITS)) | (d << np.uint64(_TYPE_BITS)) | t
+
+
+class _Grow:
+    """A NumPy array that grows by doubling; ``view`` is the filled part."""
+
+    def __init__(self, dtype) -> None:
+        self._a = np.zeros(1024, dtype=dtype)
+        self.n = 0
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._a[: self.n]
+
+    def append(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self._a):
+            a = np.zeros(max(need, 2 * len(self._a)), dtype=self._a.dtype)
+            a[: self.n] = self._a[: self.n]
+            self._a = a
+        self._a[self.n : need] = values
+        self.n = need
+
+
+def _merge_sorted(keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray):
+    """Merge (new_keys, new_vals) into sorted (keys, vals); timsort sees two runs and merges them in linear time."""
+    k = np.concatenate([keys, new_keys])
+    v = np.concatenate([vals, new_vals])
+    order = np.argsort(k, kind="stable")
+    return k[order], v[order]
+
+
+@dataclass
+class _Undo:
+    epoch: int
+    slots: np.ndarray  # sorted
+    mult: np.ndarray  # state before this epoch
+    weight: np.ndarray
+
+
+@dataclass
+class Neighbor:
+    vertex: int
+    etype: int
+    mult: int
+    weight: int
+
+
+class GraphHistory:
+    """The graph as of the newest applied epoch, plus undo records for the retained ones."""
+
+    def __init__(self, retain: int = 120) -> None:
+        self.retain = retain
+        self.src = _Grow(np.int32)
+        self.dst = _Grow(np.int32)
+        self.etype = _Grow(np.int16)
+        self.mult = _Grow(np.int64)
+        self.weight = _Grow(np.int64)
+        self._keys = np.zeros(0, np.uint64)
+        self._key_slots = np.zeros(0, np.int64)
+        self._by_src = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (sorted src, slot)
+        self._by_dst = (np.zeros(0, np.int32), np.zeros(0, np.int64))
+        self._undo: collections.deque[_Undo] = collections.deque()
+        self.epoch = 0
+        # Epochs whose changes were never seen (the feed fell behind the compute actor's buffer of
+        # results): edges changed only in those epochs are missing from this view until they change again.
+        self.missed_epochs = 0
+        self._lock = threading.Lock()
+
+    @property
+    def slots(self) -> int:
+        return self.src.n
+
+    def apply(self, epoch: int, changes: EdgeChanges | None) -> None:
+        """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored)."""
+        if epoch <= self.epoch:
+            return
+        if epoch != self.epoch + 1:
+            log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, epoch - 1)
+            self.missed_epochs += epoch - self.epoch - 1
+        ch = changes if changes is not None else EdgeChanges.empty()
+        if len(ch) and (int(ch.src.max()) >= MAX_VERTICES or int(ch.dst.max()) >= MAX_VERTICES or int(ch.etype.max()) >= MAX_TYPES):
+            raise GraphCapacityError(
+                f"the API's graph view holds at most {MAX_VERTICES} vertices and {MAX_TYPES} edge types. "
+                "Operator action: widen the packed key in api/graph.py"
+            )
+        keys = pack(ch.src, ch.dst, ch.etype)
+        with self._lock:
+            # One change per edge per epoch is expected; keep the last if a producer sent more.
+            keys, first = np.unique(keys[::-1], return_index=True)
+            idx = len(ch) - 1 - first
+            src, dst, et = ch.src[idx], ch.dst[idx], ch.etype[idx]
+            mult, weight = ch.mult[idx], ch.weight[idx]
+            pos = np.searchsorted(self._keys, keys)
+            pos_c = np.minimum(pos, max(len(self._keys) - 1, 0))
+            known = (pos < len(self._keys)) & (self._keys[pos_c] == keys) if len(self._keys) else np.zeros(len(keys), bool)
+            slots = np.empty(len(keys), np.int64)
+            slots[known] = self._key_slots[pos_c[known]]
+            fresh = ~known
+            n_new = int(fresh.sum())
+            base = self.slots
+            new_slots = np.arange(base, base + n_new, dtype=np.int64)
+            slots[fresh] = new_slots
+            if n_new:
+                self.src.append(src[fresh])
+                self.dst.append(dst[fresh])
+                self.etype.append(et[fresh])
+                self.mult.append(np.zeros(n_new, np.int64))
+                self.weight.append(np.zeros(n_new, np.int64))
+                self._keys, self._key_slots = _merge_sorted(self._keys, self._key_slots, keys[fresh], new_slots)
+                self._by_src = _merge_sorted(*self._by_src, src[fresh].astype(np.int32), new_slots)
+                self._by_dst = _merge_sorted(*self._by_dst, dst[fresh].astype(np.int32), new_slots)
+            order = np.argsort(slots)
+            s = slots[order]
+            self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy()))
+            self.mult.view[slots] = mult
+            self.weight.view[slots] = weight
+            while len(self._undo) > self.retain:
+                self._undo.popleft()
+            self.epoch = epoch
+
+    def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(other end, type, multiplicity, weight) of the live edges of ``vertex`` as of ``epoch`` (None: newest)."""
+        with self._lock:
+            keys, slots = self._by_src if direction == "out" else self._by_dst
+            lo, hi = np.searchsorted(keys, [vertex, vertex + 1])
+            cand = np.sort(slots[lo:hi])
+            mult = self.mult.view[cand].copy()
+            weight = self.weight.view[cand].copy()
+            if epoch is not None and epoch < self.epoch:
+                for u in reversed(self._undo):
+                    if u.epoch <= epoch:
+                        break
+                    if not len(u.slots) or not len(cand):
+                        continue
+                    i = np.searchsorted(u.slots, cand)
+                    ic = np.minimum(i, len(u.slots) - 1)
+                    hit = u.slots[ic] == cand
+                    mult[hit] = u.mult[ic[hit]]
+                    weight[hit] = u.weight[ic[hit]]
+            other = (self.dst if direction == "out" else self.src).view[cand]
+            et = self.etype.view[cand]
+        live = mult > 0
+        return other[live], et[live], mult[live], weight[live]

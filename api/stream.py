@@ -1,0 +1,79 @@
+"""Server-sent events: one event per sealed epoch, fanned out to any number of clients.
+
+The feed thread publishes; each client has a queue of one, and a newer epoch
+replaces an unread one, so a slow client sees fewer epochs but never holds up
+the feed, the pipeline or another client. Publishing never blocks and never
+awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import AsyncIterator
+
+log = logging.getLogger(__name__)
+
+# A comment line this often keeps proxies from closing an idle stream and lets
+# the server notice a client that went away between epochs.
+HEARTBEAT_S = 15.0
+# Open streams at once; each holds a socket and a task, so bound them.
+MAX_CLIENTS = 1000
+
+
+def sse_frame(epoch: int, data: bytes) -> bytes:
+    return b"id: %d\ndata: %s\n\n" % (epoch, data)
+
+
+class Broadcaster:
+    def __init__(self) -> None:
+        self._subs: dict[asyncio.Queue, asyncio.AbstractEventLoop] = {}
+        self._lock = threading.Lock()
+        self.dropped = 0  # epochs a slow client never saw because a newer one replaced them
+
+    @property
+    def clients(self) -> int:
+        return len(self._subs)
+
+    def subscribe(self) -> asyncio.Queue | None:
+        """A queue for the calling coroutine's loop, or None when MAX_CLIENTS streams are open."""
+        q: asyncio.Queue = asyncio.Queue(maxsize=1)
+        with self._lock:
+            if len(self._subs) >= MAX_CLIENTS:
+                return None
+            self._subs[q] = asyncio.get_running_loop()
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue) -> None:
+        with self._lock:
+            self._subs.pop(q, None)
+
+    def publish(self, frame: bytes) -> None:
+        """Hand ``frame`` to every client; callable from any thread."""
+        with self._lock:
+            subs = list(self._subs.items())
+        for q, loop in subs:
+            try:
+                loop.call_soon_threadsafe(self._offer, q, frame)
+            except RuntimeError:  # the client's loop is closed: it is gone
+                self.unsubscribe(q)
+
+    def _offer(self, q: asyncio.Queue, frame: bytes) -> None:
+        if q.full():
+            q.get_nowait()
+            self.dropped += 1
+        q.put_nowait(frame)
+
+    async def stream(self, q: asyncio.Queue, first: bytes | None) -> AsyncIterator[bytes]:
+        try:
+            yield b"retry: 2000\n\n" + (first or b"")
+            while True:
+                try:
+                    frame = await asyncio.wait_for(q.get(), HEARTBEAT_S)
+                except asyncio.TimeoutError:
+                    yield b": keep-alive\n\n"
+                    continue
+                yield frame
+        finally:
+            self.unsubscribe(q)
