@@ -1,8 +1,12 @@
-"""The compute actor: merges each sealed epoch's deltas and publishes its results.
+"""The compute actor: merges each sealed epoch's deltas, ranks the graph incrementally, publishes results.
 
 It receives epochs in order from the coordinator (``apply_epoch``), keeps the
-whole graph in :class:`~compute.graph.GlobalGraph`, ranks it, and keeps the last
-few :class:`~compute.results.EpochResult` for the API process to pull.
+whole graph in :class:`~compute.graph.GlobalGraph` (names, attributes, edges by
+shard slot) and the ranked part of it resident on the device in a
+:class:`~compute.engine.RankEngine`, and keeps the last few
+:class:`~compute.results.EpochResult` for the API process to pull. Scores are
+copied to the host here, once per epoch, and nowhere else. The only module of
+the compute stage that imports Ray.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import time
 
 import ray
 
+from compute.engine import RankConfig, RankEngine
 from compute.graph import EdgeChanges, GlobalGraph
-from compute.pagerank import DEFAULT_MAX_ITER, DEFAULT_TOL, pagerank
 from compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -26,25 +30,29 @@ KEEP_RESULTS = 16
 
 @ray.remote
 class ComputeActor:
-    def __init__(
-        self,
-        rank_types: tuple[str, ...] | None = None,
-        tol: float = DEFAULT_TOL,
-        max_iter: int = DEFAULT_MAX_ITER,
-    ) -> None:
+    def __init__(self, rank_types: tuple[str, ...] | None = None, config=None) -> None:
+        """``config``: a :class:`~compute.engine.RankConfig`, or the settings (or a dict of their
+        ranking fields) it is read from."""
         logging.basicConfig(level=logging.INFO)
         self._graph = GlobalGraph()
         self._rank_types = tuple(rank_types) if rank_types else None
-        self._tol = tol
-        self._max_iter = max_iter
+        if config is None:
+            config = RankConfig()
+        elif not isinstance(config, RankConfig):
+            config = RankConfig.from_settings(config)
+        self._engine = RankEngine(config)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
 
     def apply_epoch(self, info: dict, *deltas) -> dict:
         g = self._graph
-        changes = EdgeChanges.concat([g.apply(d) for d in sorted(deltas, key=lambda d: d.shard)])
+        merged = [g.apply_with_previous(d) for d in sorted(deltas, key=lambda d: d.shard)]
+        changes = EdgeChanges.concat([c for c, _ in merged])
+        before = EdgeChanges.concat([b for _, b in merged])
+        src, dst, dw = g.weight_differences(changes, before, self._rank_types)
+        runs = self._engine.update(g.n, src, dst, dw)
         t0 = time.perf_counter()
-        ranked = pagerank(g.adjacency(self._rank_types), tol=self._tol, max_iter=self._max_iter)
-        rank_ms = (time.perf_counter() - t0) * 1000.0
+        scores = self._engine.host_scores()
+        publish_ms = (time.perf_counter() - t0) * 1000.0
         out_deg, in_deg = g.degrees()
         result = EpochResult(
             epoch=info["epoch"],
@@ -55,16 +63,21 @@ class ComputeActor:
             committed_at=info["sealed_at"],
             commit_ms=info["commit_ms"],
             timeliness_ms=info["timeliness_ms"],
-            scores={"pagerank": ranked.scores},
+            scores=scores,
             out_degree=out_deg,
             in_degree=in_deg,
-            compute_ms={"pagerank": rank_ms},
-            iterations={"pagerank": ranked.iterations},
+            compute_ms={name: run.ms for name, run in runs.items()},
+            iterations={name: run.stats.iterations for name, run in runs.items()},
             edge_changes=changes,
             types=list(g.types),
+            methods={name: run.stats.method for name, run in runs.items()},
+            graph_ms=self._engine.graph_ms + publish_ms,
         )
         self._results.append(result)
-        return {"epoch": result.epoch, "vertices": result.vertices, "edges": result.edges, "compute_ms": rank_ms}
+        return {
+            "epoch": result.epoch, "vertices": result.vertices, "edges": result.edges,
+            "compute_ms": result.compute_ms.get("pagerank", 0.0),
+        }
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
         """Results newer than ``epoch``, and the vertex names from id ``known_names`` on."""
@@ -76,3 +89,7 @@ class ComputeActor:
 
     def latest_epoch(self) -> int:
         return self._results[-1].epoch if self._results else 0
+
+    def backend(self) -> str:
+        """Where the ranking runs: ``numpy`` or ``cupy``."""
+        return self._engine.be.name

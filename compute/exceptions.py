@@ -12,8 +12,12 @@ class PowerIterationFailedConvergence(ComputeError):
 
     def __init__(self, algorithm: str, iterations: int, error: float, tol: float) -> None:
         super().__init__(
-            f"{algorithm} did not converge in {iterations} iterations (L1 change {error:.3g} > tol {tol:.3g}). "
+            f"{algorithm} did not converge in {iterations} iterations (L1 error bound {error:.3g} > tol {tol:.3g}). "
             "Operator action: raise the iteration limit or the tolerance."
         )
         self.iterations = iterations
         self.error = error
+
+
+class BackendUnavailable(ComputeError):
+    """The configured device cannot be used here."""

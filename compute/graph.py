@@ -74,6 +74,11 @@ class GlobalGraph:
 
     def apply(self, delta: EpochDelta) -> EdgeChanges:
         """Merge one shard's delta; returns its edge changes in global ids."""
+        return self.apply_with_previous(delta)[0]
+
+    def apply_with_previous(self, delta: EpochDelta) -> tuple[EdgeChanges, EdgeChanges]:
+        """Merge one shard's delta; returns its edge changes and, slot for slot, the state those
+        edges had before (zeros for new slots), so a consumer can apply the difference."""
         se = self._shards.setdefault(delta.shard, _ShardEdges())
         if len(delta.new_ids):
             l2g = se.local_to_global
@@ -95,6 +100,10 @@ class GlobalGraph:
             se.grow(int(delta.e_slot.max()) + 1)
             l2g = se.local_to_global.view
             s = delta.e_slot
+            before = EdgeChanges(
+                se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
+                se.mult.view[s].copy(), se.weight.view[s].copy(),
+            )
             se.src.view[s] = l2g[delta.e_src]
             se.dst.view[s] = l2g[delta.e_dst]
             se.etype.view[s] = tmap[delta.e_type]
@@ -103,8 +112,14 @@ class GlobalGraph:
             return EdgeChanges(
                 se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
                 delta.e_mult.copy(), delta.e_weight.copy(),
-            )
-        return EdgeChanges.empty()
+            ), before
+        return EdgeChanges.empty(), EdgeChanges.empty()
+
+    def type_mask(self, types: tuple[str, ...] | None) -> np.ndarray:
+        """Boolean per type id: is it among ``types`` (None: every type)."""
+        if types is None:
+            return np.ones(len(self.types), dtype=bool)
+        return np.array([t in types for t in self.types], dtype=bool)
 
     def _type_id(self, name: str) -> int:
         t = self._type_index.get(name)
@@ -129,6 +144,23 @@ class GlobalGraph:
             return z, z, np.zeros(0, dtype=np.int64)
         src, dst, w = (np.concatenate(c) for c in zip(*parts))
         return src, dst, w
+
+    def weight_differences(
+        self, changes: EdgeChanges, before: EdgeChanges, types: tuple[str, ...] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, dw)``: what the epoch did to :meth:`adjacency` in fixed-point units, pair by pair
+        (repeats to be summed). An edge counts ``max(weight, 0)`` while its multiplicity is above 0."""
+        mask = self.type_mask(types)
+
+        def contribution(c: EdgeChanges) -> np.ndarray:
+            ranked = mask[c.etype] if len(c) else np.zeros(0, dtype=bool)
+            return np.where(ranked & (c.mult > 0), np.maximum(c.weight, 0), 0).astype(np.int64)
+
+        src = np.concatenate([before.src, changes.src]).astype(np.int64)
+        dst = np.concatenate([before.dst, changes.dst]).astype(np.int64)
+        dw = np.concatenate([-contribution(before), contribution(changes)])
+        keep = dw != 0
+        return src[keep], dst[keep], dw[keep]
 
     def adjacency(self, types: tuple[str, ...] | None = None) -> sp.csr_matrix:
         """n x n CSR, ``A[s, d]`` = summed weight of live (s, d, t) edges over ``types``; negative sums count as 0."""

@@ -34,6 +34,10 @@ class EpochResult:
     # edges as global ids with their new absolute state, ``types`` names the type ids.
     edge_changes: EdgeChanges | None = None
     types: list[str] = field(default_factory=list)
+    # How each algorithm was solved this epoch ("power", "push"), and the time spent absorbing
+    # the changes into the resident graph and copying the scores to the host.
+    methods: dict[str, str] = field(default_factory=dict)
+    graph_ms: float = 0.0
 
     def info(self) -> dict:
         """The epoch object of the API contract."""

@@ -1,0 +1,221 @@
+"""The ranked graph kept resident on the device, absorbing each epoch's changes in place.
+
+Owns the weighted adjacency ``A[s, d]`` the ranking algorithms read: a base CSR
+held twice on the device (rows by source for pushes, rows by destination for
+pull sweeps), an overlay of per-pair weight *differences* against the base, and
+each vertex's exact out-weight. An epoch's changes are additive: they merge
+into the overlay (host keys, device CSR copies rebuilt from it, small) and into
+the out-weights; the base is rebuilt (compacted) only when the overlay grows
+past ``compact_fraction`` of it. Nothing is ever rebuilt from the shards.
+
+Weights are kept in the snapshot stage's fixed-point units (integers), so sums
+and differences are exact in float64 and a removed edge leaves an exact zero:
+a vertex whose last out-edge goes is dangling again, not holding 1e-17 of
+weight. PageRank and TunkRank only use ``A / out``, which is unit-free.
+Must not know about shards, Ray or the algorithms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compute.backend import Backend, numpy_backend
+
+# Overlay entries are keyed by src << 32 | dst: vertex ids stay below 2**31.
+_KEY_SHIFT = np.int64(32)
+_KEY_MASK = np.int64((1 << 32) - 1)
+
+
+class ResidentGraph:
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        dtype=np.float64,
+        compact_fraction: float = 0.05,
+        # Below this many overlay entries compaction is never worth a rebuild.
+        compact_min: int = 4096,
+    ) -> None:
+        self.be = backend or numpy_backend()
+        self.dtype = np.dtype(dtype)
+        self.compact_fraction = compact_fraction
+        self.compact_min = compact_min
+        self.n = 0
+        self.out_weight = np.zeros(0, dtype=np.float64)  # exact, on the host
+        self.inv_out = self.be.xp.zeros(0, dtype=self.dtype)  # 1/out, 0 for dangling vertices
+        self.out_degree = self.be.xp.zeros(0, dtype=np.int64)  # stored entries per row, base + overlay
+        self._base_out = self._empty(0)
+        self._base_in = self._empty(0)
+        self._ov_keys = np.zeros(0, dtype=np.int64)
+        self._ov_vals = np.zeros(0, dtype=np.float64)
+        self._ov_out = None
+        self._ov_in = None
+        self.compactions = 0
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_edges(cls, n: int, src, dst, weight, backend: Backend | None = None, **kw) -> "ResidentGraph":
+        g = cls(backend, **kw)
+        g.grow(n)
+        g.apply(np.asarray(src), np.asarray(dst), np.asarray(weight, dtype=np.float64))
+        g.compact()
+        return g
+
+    @classmethod
+    def from_scipy(cls, adjacency, backend: Backend | None = None, **kw) -> "ResidentGraph":
+        coo = adjacency.tocoo()
+        return cls.from_edges(adjacency.shape[0], coo.row, coo.col, coo.data, backend, **kw)
+
+    def _empty(self, n: int):
+        xp = self.be.xp
+        return self.be.sparse.csr_matrix(
+            (xp.zeros(0, dtype=self.dtype), xp.zeros(0, dtype=np.int32), xp.zeros(n + 1, dtype=np.int32)), shape=(n, n)
+        )
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries of the base (the overlay is at most ``compact_fraction`` of it)."""
+        return int(self._base_out.nnz)
+
+    @property
+    def overlay_nnz(self) -> int:
+        return len(self._ov_keys)
+
+    def nbytes(self) -> int:
+        """Device bytes of the resident graph: both base CSRs, the overlay copies and the per-vertex arrays."""
+        total = 0
+        for m in (self._base_out, self._base_in, self._ov_out, self._ov_in):
+            if m is not None:
+                total += m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
+        return total + self.inv_out.nbytes + self.out_degree.nbytes
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def grow(self, n: int) -> None:
+        """Make room for vertices ``self.n .. n-1`` (no edges yet)."""
+        if n <= self.n:
+            return
+        xp = self.be.xp
+        extra = n - self.n
+        self.out_weight = np.concatenate([self.out_weight, np.zeros(extra)])
+        self.inv_out = xp.concatenate([self.inv_out, xp.zeros(extra, dtype=self.dtype)])
+        self.out_degree = xp.concatenate([self.out_degree, xp.zeros(extra, dtype=np.int64)])
+        self._base_out = self._pad(self._base_out, n)
+        self._base_in = self._pad(self._base_in, n)
+        self.n = n
+        self._rebuild_overlay()
+
+    def _pad(self, m, n: int):
+        xp = self.be.xp
+        tail = xp.full(n - m.shape[0], m.indptr[-1], dtype=m.indptr.dtype)
+        indptr = xp.concatenate([m.indptr, tail])
+        return self.be.sparse.csr_matrix((m.data, m.indices, indptr), shape=(n, n))
+
+    def touched_rows(self, src) -> np.ndarray:
+        return np.unique(np.asarray(src, dtype=np.int64))
+
+    def apply(self, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray) -> None:
+        """Add ``dweight`` (host arrays, fixed-point units, repeats summed) to ``A[src, dst]``."""
+        if len(src) == 0:
+            return
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        dweight = np.asarray(dweight, dtype=np.float64)
+        if max(int(src.max()), int(dst.max())) >= self.n:
+            raise ValueError("edge refers to a vertex beyond grow(n)")
+        keys = np.concatenate([self._ov_keys, (src << _KEY_SHIFT) | dst])
+        vals = np.concatenate([self._ov_vals, dweight])
+        uniq, inv = np.unique(keys, return_inverse=True)
+        summed = np.zeros(len(uniq))
+        np.add.at(summed, inv, vals)
+        keep = summed != 0.0
+        self._ov_keys, self._ov_vals = uniq[keep], summed[keep]
+        np.add.at(self.out_weight, src, dweight)
+        rows = np.unique(src)
+        out = self.out_weight[rows]
+        with np.errstate(divide="ignore"):
+            inv_out = np.where(out > 0, 1.0 / out, 0.0)
+        self.inv_out[self.be.asarray(rows)] = self.be.asarray(inv_out, dtype=self.dtype)
+        if len(self._ov_keys) > max(self.compact_min, self.compact_fraction * self.nnz):
+            self.compact()
+        else:
+            self._rebuild_overlay()
+
+    def _rebuild_overlay(self) -> None:
+        be, xp = self.be, self.be.xp
+        n = self.n
+        if len(self._ov_keys) == 0:
+            self._ov_out = self._ov_in = None
+        else:
+            s = (self._ov_keys >> _KEY_SHIFT).astype(np.int32)
+            d = (self._ov_keys & _KEY_MASK).astype(np.int32)
+            v = be.asarray(self._ov_vals, dtype=self.dtype)
+            s_dev, d_dev = be.asarray(s), be.asarray(d)
+            # Keys are sorted by (src, dst): the by-source CSR is the keys themselves.
+            self._ov_out = be.sparse.coo_matrix((v, (s_dev, d_dev)), shape=(n, n)).tocsr()
+            self._ov_in = be.sparse.coo_matrix((v, (d_dev, s_dev)), shape=(n, n)).tocsr()
+        deg = xp.diff(self._base_out.indptr).astype(np.int64)
+        if self._ov_out is not None:
+            deg += xp.diff(self._ov_out.indptr).astype(np.int64)
+        self.out_degree = deg
+
+    def compact(self) -> None:
+        """Fold the overlay into the base on the device; exact zeros (removed pairs) are dropped."""
+        self._rebuild_overlay()
+        if self._ov_out is None:
+            return
+        merged = (self._base_out + self._ov_out).tocsr()
+        if self.dtype != np.float64:
+            # float32 sums of large fixed-point weights can miss zero by rounding; units are integers.
+            merged.data = self.be.xp.rint(merged.data)
+        merged.eliminate_zeros()
+        merged.sort_indices()
+        self._base_out = merged
+        self._base_in = merged.T.tocsr()
+        self._base_in.sort_indices()
+        self._ov_keys = np.zeros(0, dtype=np.int64)
+        self._ov_vals = np.zeros(0, dtype=np.float64)
+        self.compactions += 1
+        self._rebuild_overlay()
+
+    # -- the two access patterns of the algorithms ---------------------------------------------
+
+    def pull(self, v):
+        """``A^T v``: for each vertex, the sum over its in-edges of weight times ``v[src]``."""
+        out = self._base_in @ v
+        if self._ov_in is not None:
+            out += self._ov_in @ v
+        return out
+
+    def push(self, rows, coef, out) -> int:
+        """``out[d] += coef[i] * A[rows[i], d]`` for every stored entry of the given rows; returns entries read."""
+        be, xp = self.be, self.be.xp
+        read = 0
+        for m in (self._base_out, self._ov_out):
+            if m is None or len(rows) == 0:
+                continue
+            starts = m.indptr[rows].astype(np.int64)
+            lens = m.indptr[rows + 1].astype(np.int64) - starts
+            pos, owner = be.gather_ranges(starts, lens)
+            if len(pos) == 0:
+                continue
+            be.scatter_add(out, m.indices[pos], m.data[pos] * coef[owner])
+            read += len(pos)
+        return read
+
+    # -- for tests and the reference paths -----------------------------------------------------
+
+    def to_scipy(self):
+        """The effective adjacency (base + overlay) as a host SciPy CSR."""
+        import scipy.sparse as sp  # noqa: PLC0415
+
+        def host(m):
+            if m is None:
+                return sp.csr_matrix((self.n, self.n))
+            if self.be.is_gpu:
+                return m.get()
+            return m
+
+        a = (host(self._base_out) + host(self._ov_out)).tocsr()
+        a.eliminate_zeros()
+        return a
