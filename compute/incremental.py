@@ -44,6 +44,10 @@ from compute.resident import ResidentGraph
 # Frontier rounds keep at most this share of the stopping budget as residual left unpushed;
 # the rest of the budget absorbs what the pushes themselves leave behind.
 UNPUSHED_SHARE = 0.5
+# Sweeps of an incremental epoch go on to this share of the budget: the residual they leave is
+# spread over every vertex, and later epochs need headroom under the budget to leave it where it is
+# and push only their own, local residual. Fewer sweeps each time would mean sweeps every epoch.
+SWEEP_HEADROOM = 0.5
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ class ResidualSolver:
             read += self.recompute_residual()
             self._compactions = self.g.compactions
         if method == "power":
-            return self._sweep_until_done("power", read)
+            return self._sweep_until_done("power", read, SWEEP_HEADROOM)
         if method == "push":
             return self._push_until_done(read)
         raise ValueError(f"unknown method {method!r}")
@@ -147,16 +151,17 @@ class ResidualSolver:
         self.r = self.alpha * self.g.pull(self.g.inv_out * self.r)
         return self._stored()
 
-    def _sweep_until_done(self, method: str, read: int) -> SolveStats:
+    def _sweep_until_done(self, method: str, read: int, headroom: float = 1.0, it: int = 0) -> SolveStats:
+        """Full sweeps until ``||r||_1 <= headroom * target`` (``it`` rounds already spent)."""
         res, goal = self._residual()
-        it = 0
-        while res > goal:
+        start = it
+        while res > headroom * goal:
             if it == self.max_iter:
                 raise self._failed(it, res, goal)
             read += self._sweep()
             it += 1
             res, goal = self._residual()
-        return SolveStats(method, it, it, read, res)
+        return SolveStats(method, it, it - start, read, res)
 
     def _failed(self, it: int, res: float, goal: float) -> PowerIterationFailedConvergence:
         # The error bound in the tolerance's own terms: ``goal`` is the residual that means ``tol``.
@@ -178,9 +183,9 @@ class ResidualSolver:
             frontier = self._frontier(a, UNPUSHED_SHARE * goal)
             work = int(self.g.out_degree[frontier].sum())
             if work >= self.dense_switch * total:
-                read += self._sweep()
-                sweeps += 1
-                continue
+                # The residual is everywhere: sweep it down, with headroom for the epochs to come.
+                done = self._sweep_until_done("push", read, SWEEP_HEADROOM, it - 1)
+                return SolveStats("push", done.iterations, done.sweeps, done.edges_read, done.residual)
             delta = self.r[frontier]
             self.y[frontier] += delta
             self.r[frontier] = 0.0
