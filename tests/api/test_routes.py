@@ -1,0 +1,173 @@
+"""Issue 5's routes on the running pipeline: history, movers, neighbors, search, metrics, the event stream, the write path."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import orjson
+import pytest
+
+from tests.api.conftest import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_history_is_oldest_first_and_ends_at_the_newest_rank(running):
+    _, client = running
+    top = client.get("/v1/rank/top", params={"k": 3}).json()
+    name = top["items"][2]["vertex"]
+    h = client.get(f"/v1/vertices/{name}/history", params={"limit": 1000}).json()
+    assert h["vertex"] == name and h["algo"] == "pagerank"
+    epochs = [p["epoch"] for p in h["items"]]
+    assert epochs == sorted(epochs) and len(epochs) >= 2
+    assert all(p["rank"] >= 1 and p["score"] > 0 for p in h["items"])
+    at = {p["epoch"]: p for p in h["items"]}
+    if top["epoch"] in at:  # the newest epoch, unless one arrived between the two calls
+        assert at[top["epoch"]]["rank"] == 3 and at[top["epoch"]]["score"] == top["items"][2]["score"]
+    assert len(client.get(f"/v1/vertices/{name}/history", params={"limit": 2}).json()["items"]) == 2
+
+
+def test_movers_between_two_epochs(running):
+    _, client = running
+    e = client.get("/v1/epochs", params={"limit": 6}).json()["items"]
+    to, frm = e[0]["epoch"], e[-1]["epoch"]
+    m = client.get("/v1/movers", params={"from": frm, "to": to, "k": 5}).json()
+    assert (m["from"], m["to"], m["algo"]) == (frm, to, "pagerank")
+    assert len(m["rising"]) <= 5 and len(m["falling"]) <= 5 and m["rising"]
+    for item in m["rising"]:
+        assert item["change"] == item["from_rank"] - item["to_rank"] > 0
+    for item in m["falling"]:
+        assert item["change"] < 0
+    changes = [i["change"] for i in m["rising"]]
+    assert changes == sorted(changes, reverse=True)
+    # The rank a mover reached is the rank /v1/rank/top shows for that epoch.
+    best = m["rising"][0]
+    if best["to_rank"] <= 1000:
+        ranked = client.get("/v1/rank/top", params={"k": best["to_rank"], "epoch": to}).json()["items"]
+        assert ranked[-1]["vertex"] == best["vertex"]
+    assert client.get("/v1/movers", params={"from": to, "to": frm}).json()["error"]["code"] == "bad_range"
+
+
+def test_neighbors_agree_with_degrees_now_and_in_an_older_epoch(running):
+    _, client = running
+    epochs = client.get("/v1/epochs", params={"limit": 10}).json()["items"]
+    for epoch in (epochs[0]["epoch"], epochs[-1]["epoch"]):
+        for item in client.get("/v1/rank/top", params={"k": 5, "epoch": epoch}).json()["items"]:
+            name = item["vertex"]
+            v = client.get(f"/v1/vertices/{name}", params={"epoch": epoch}).json()
+            for direction, degree in (("in", v["in_degree"]), ("out", v["out_degree"])):
+                nb = client.get(
+                    f"/v1/vertices/{name}/neighbors", params={"direction": direction, "limit": 1000, "epoch": epoch}
+                ).json()
+                assert nb["epoch"] == epoch and len(nb["items"]) == min(degree, 1000), (epoch, name, direction)
+                weights = [(n["weight"], n["multiplicity"]) for n in nb["items"]]
+                assert weights == sorted(weights, reverse=True)
+                assert all(n["multiplicity"] > 0 and n["type"] in ("mentions", "tags") for n in nb["items"])
+    name = epochs and client.get("/v1/rank/top", params={"k": 1}).json()["items"][0]["vertex"]
+    only = client.get(f"/v1/vertices/{name}/neighbors", params={"direction": "in", "type": "tags"}).json()
+    assert only["items"] == []  # a user is mentioned, never tagged
+
+
+def test_search_by_prefix(running):
+    _, client = running
+    r = client.get("/v1/search", params={"prefix": "user1", "limit": 7}).json()
+    assert 1 <= len(r["items"]) <= 7
+    assert all(n.startswith("user1") for n in r["items"]) and r["items"] == sorted(r["items"])
+    assert client.get("/v1/search", params={"prefix": "#"}).json()["items"][0].startswith("#")
+    assert client.get("/v1/search", params={"prefix": "no-such-vertex"}).json()["items"] == []
+
+
+def test_algorithms_come_from_the_epochs(running):
+    _, client = running
+    assert "pagerank" in client.get("/v1/algorithms").json()["items"]
+
+
+def test_metrics_in_prometheus_text(running):
+    _, client = running
+    client.get("/v1/rank/top")
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    for name in (
+        "pulsegraph_records_ingested_total", "pulsegraph_dead_letters_total", "pulsegraph_epoch_commit_seconds_bucket",
+        "pulsegraph_epoch_timeliness_seconds", 'pulsegraph_compute_seconds_count{algo="pagerank"}',
+        'pulsegraph_http_request_duration_seconds_count{method="GET",route="/v1/rank/top",status="200"}',
+    ):
+        assert name in text, name
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "code"),
+    [
+        ("/v1/vertices/nobody/history", {}, 404, "vertex_not_found"),
+        ("/v1/vertices/user1/history", {"algo": "hits"}, 400, "unknown_algo"),
+        ("/v1/vertices/user1/history", {"limit": 10**6}, 422, "invalid_request"),
+        ("/v1/vertices/user1/neighbors", {"direction": "sideways"}, 422, "invalid_request"),
+        ("/v1/vertices/user1/neighbors", {"limit": 5000}, 422, "invalid_request"),
+        ("/v1/vertices/user1/neighbors", {"epoch": 10**9}, 404, "epoch_not_found"),
+        ("/v1/movers", {"to": 10**9}, 404, "epoch_not_found"),
+        ("/v1/movers", {"from": 10**9}, 400, "bad_range"),
+        ("/v1/movers", {"k": 0}, 422, "invalid_request"),
+        ("/v1/search", {}, 422, "invalid_request"),
+        ("/v1/search", {"prefix": "u", "limit": 1000}, 422, "invalid_request"),
+        ("/v1/epochs/0", {}, 422, "invalid_request"),
+        ("/v1/epochs/999999999", {}, 404, "epoch_not_found"),
+    ],
+)
+def test_bad_reads_get_a_json_error(running, path, params, status, code):
+    _, client = running
+    r = client.get(path, params=params)
+    assert (r.status_code, r.json()["error"]["code"]) == (status, code)
+
+
+def test_posted_events_reach_the_graph(running):
+    p, client = running
+    user, friend = f"poster-{uuid.uuid4().hex[:8]}", f"friend-{uuid.uuid4().hex[:8]}"
+    events = [
+        {"user": user, "mentions": [friend], "hashtags": ["api"], "text": "hello", "ts": time.time()},
+        {"user": "", "mentions": [], "hashtags": [], "text": "", "ts": 1.0},  # an empty id
+        {"mentions": ["x"]},  # no user
+        [1, 2],
+    ]
+    r = client.post("/v1/events", content=orjson.dumps(events), headers=AUTH)
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert (body["accepted"], body["rejected"]) == (1, 3)
+    assert [e["index"] for e in body["errors"]] == [1, 2, 3] and all(e["reason"] for e in body["errors"])
+    p.wait_for_epoch(lambda v: user in p.store.index and p.store.index[user] < v.result.vertices, timeout=60)
+    nb = client.get(f"/v1/vertices/{user}/neighbors").json()["items"]
+    assert {(n["vertex"], n["type"]) for n in nb} == {(friend, "mentions"), ("#api", "tags")}
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "code"),
+    [
+        ({}, b"[]", 401, "unauthorized"),
+        ({"Authorization": "Basic dXNlcjpwYXNz"}, b"[]", 401, "unauthorized"),
+        ({"Authorization": "Bearer not-the-token-at-all"}, b"[]", 403, "bad_token"),
+        (AUTH, b"{not json", 400, "invalid_json"),
+        (AUTH, b'{"op": "add_edge"}', 400, "invalid_request"),
+        (AUTH, orjson.dumps([{}] * 10_001), 413, "too_many_events"),
+        (AUTH, b"[" + b" " * (5 * 1024 * 1024) + b"]", 413, "payload_too_large"),
+    ],
+)
+def test_bad_writes(running, headers, body, status, code):
+    _, client = running
+    r = client.post("/v1/events", content=body, headers=headers)
+    assert (r.status_code, r.json()["error"]["code"]) == (status, code)
+    if status == 401:
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_stream_sends_one_event_per_epoch(server):
+    seen = []
+    with httpx.stream("GET", f"{server}/v1/stream", timeout=30) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                seen.append(orjson.loads(line[6:])["epoch"])
+                if len(seen) == 3:
+                    break
+    assert seen == sorted(seen) and len(set(seen)) == 3

@@ -1,0 +1,92 @@
+"""Who may write and read: tokens, anonymous writes, protected reads, CORS, and settings that refuse placeholders."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from api.app import create_app
+from api.store import ResultStore
+from pulsegraph.settings import Settings
+
+TOKEN = "s3cr3t-but-not-a-placeholder-42"
+
+
+def client(**kwargs) -> tuple[TestClient, list]:
+    sunk: list = []
+    return TestClient(create_app(ResultStore(), events_sink=sunk.extend, **kwargs)), sunk
+
+
+def test_writes_are_off_without_a_token():
+    c, sunk = client()
+    r = c.post("/v1/events", content=b"[{}]")
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "writes_disabled")
+    assert sunk == []
+
+
+def test_anonymous_writes_when_asked_for():
+    c, sunk = client(allow_anonymous_writes=True)
+    r = c.post("/v1/events", json=[{"op": "add_edge", "src": "a", "dst": "b"}, "not an object"])
+    assert r.status_code == 202 and r.json()["accepted"] == 1 and r.json()["rejected"] == 1
+    assert sunk == [b'{"op":"add_edge","src":"a","dst":"b"}']
+
+
+def test_a_token_beats_anonymous_writes():
+    c, _ = client(api_token=TOKEN, allow_anonymous_writes=True)
+    assert c.post("/v1/events", content=b"[]").status_code == 401
+    assert c.post("/v1/events", content=b"[]", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 202
+
+
+def test_reads_open_by_default_and_protected_on_request():
+    c, _ = client(api_token=TOKEN)
+    assert c.get("/v1/epochs").status_code == 200
+    c, _ = client(api_token=TOKEN, protect_reads=True)
+    assert c.get("/v1/epochs").status_code == 401
+    assert c.get("/metrics").status_code == 401
+    assert c.get("/v1/epochs", headers={"Authorization": "Bearer wrong-wrong-wrong"}).status_code == 403
+    assert c.get("/v1/epochs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert c.get("/health").status_code == 200  # liveness stays open
+    assert c.get("/").status_code == 200  # the page itself holds no data
+
+
+def test_cors_only_for_configured_origins():
+    c, _ = client()
+    r = c.options("/v1/epochs", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"})
+    assert "access-control-allow-origin" not in r.headers
+    c, _ = client(cors_origins=("https://dash.example",))
+    ok = c.get("/v1/epochs", headers={"Origin": "https://dash.example"})
+    assert ok.headers["access-control-allow-origin"] == "https://dash.example"
+    bad = c.get("/v1/epochs", headers={"Origin": "https://evil.example"})
+    assert "access-control-allow-origin" not in bad.headers
+
+
+def test_dashboard_is_served_with_a_strict_policy():
+    c, _ = client()
+    r = c.get("/")
+    assert r.status_code == 200 and b"pulsegraph" in r.content
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    assert c.get("/static/app.js").status_code == 200
+
+
+@pytest.mark.parametrize("bad", ["changeme", "CHANGEME", "password", "your-token-here", "xxxxxxxxxxxxxxxxxxxx", "short-token"])
+def test_placeholder_and_short_tokens_are_refused(bad, tmp_path):
+    with pytest.raises(ValidationError):
+        Settings(api_token=bad)
+    f = tmp_path / "token"
+    f.write_text(bad + "\n")
+    with pytest.raises(ValidationError):
+        Settings(api_token_file=f)
+
+
+def test_token_settings(tmp_path):
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    assert Settings(api_token_file=f).bearer_token() == TOKEN
+    assert Settings(api_token=TOKEN).bearer_token() == TOKEN and TOKEN not in repr(Settings(api_token=TOKEN))
+    assert Settings().bearer_token() is None
+    with pytest.raises(ValidationError):
+        Settings(protect_reads=True)  # nothing to protect them with
+    with pytest.raises(ValidationError):
+        Settings(api_token=TOKEN, api_token_file=f)
+    assert Settings(cors_origins="https://a.example, https://b.example").cors_origins == ("https://a.example", "https://b.example")
