@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import ray
 
 from ingest.batch import Router
-from ingest.deadletter import DeadLetter, FileDeadLetterSink
+from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
 from ingest.exceptions import BadRecord
 from ingest.sources import SourceSpec, open_partitions
 from ingest.transforms import get_transform
@@ -59,10 +59,13 @@ class IngestActor:
         self._transform = get_transform(transform)
         self._shards = shards
         self._coordinator = coordinator
-        self._sink = FileDeadLetterSink(dead_letter_path)
+        self._stop = threading.Event()
+        if spec.kind == "kafka":
+            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop)
+        else:
+            self._sink = FileDeadLetterSink(dead_letter_path)
         self._batch_size = batch_size
         self._router = Router(len(shards))
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self.stats = {"records": 0, "transactions": 0, "dead_letters": 0, "rounds": 0}
@@ -81,10 +84,14 @@ class IngestActor:
         return self.status()
 
     def status(self) -> dict:
+        clients = {id(c): c for c in (getattr(p, "client", None) for p in self._parts) if c is not None}
         return {
             "actor": self.actor_id,
             "positions": {p.name: p.position() for p in self._parts},
             "exhausted": all(p.exhausted() for p in self._parts),
+            "connected": all(c.connected for c in clients.values()),
+            "source_error": next((c.error for c in clients.values() if c.error), None),
+            "lag": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.lag.items()},
             "error": self._error,
             **self.stats,
         }
@@ -118,13 +125,20 @@ class IngestActor:
                 continue
             valid = 0
             for offset, raw in records:
-                try:
-                    updates = self._transform(raw)
-                except BadRecord as exc:
-                    letters.append(DeadLetter(part.name, offset, str(exc), raw))
-                    continue
-                self._router.add(part.name, offset, updates)
-                valid += 1
+                # A message may pack several newline-delimited events: each is its own
+                # transaction, numbered (offset, index); they share the offset, so an
+                # epoch holds all events of a message or none.
+                events = raw.split(b"\n") if b"\n" in raw.rstrip(b"\r\n") else (raw,)
+                for index, event in enumerate(events):
+                    if not event.strip():
+                        continue
+                    try:
+                        updates = self._transform(event)
+                    except BadRecord as exc:
+                        letters.append(DeadLetter(part.name, offset, str(exc), event, index))
+                        continue
+                    self._router.add(part.name, offset, updates)
+                    valid += 1
             rnd.progress[part.name] = (after, valid)
             rnd.records += len(records)
             self.stats["transactions"] += valid
@@ -138,5 +152,10 @@ class IngestActor:
 
     def _finish(self, rnd: Round) -> None:
         ray.get(rnd.refs)
-        ray.get(self._coordinator.report_progress.remote(rnd.progress, rnd.read_at, rnd.records))
+        durable = ray.get(self._coordinator.report_progress.remote(rnd.progress, rnd.read_at, rnd.records))
         self.stats["rounds"] += 1
+        # Upstream offsets (Kafka's consumer group) follow the durable epochs only.
+        for part in self._parts:
+            client = getattr(part, "client", None)
+            if client is not None:
+                client.commit({part.partition: durable[part.name]} if part.name in durable else {})

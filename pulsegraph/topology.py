@@ -7,6 +7,7 @@ API's result store and feed. It is the only place that knows every stage.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -72,6 +73,7 @@ class Pipeline:
         self.store = ResultStore(self.settings.retain_epochs)
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
+        self._launched = threading.Event()
 
     @property
     def spec(self) -> SourceSpec:
@@ -86,6 +88,9 @@ class Pipeline:
             users=s.users,
             hashtags=s.hashtags,
             events_log=str(self.events_log) if s.source == "synthetic" else None,
+            bootstrap=s.bootstrap,
+            topic=s.topic,
+            group=s.group,
         )
 
     @property
@@ -96,12 +101,26 @@ class Pipeline:
         return s.path if s.source == "file" else s.data_dir / "events.jsonl"
 
     def start(self) -> "Pipeline":
+        """Start the pipeline. With Kafka this returns at once: the actors are launched as soon as the
+        broker answers, and until then /health says the ingest is disconnected."""
         init_ray(self.settings)
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self._launch()
-        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
+        if self.settings.source == "kafka":
+            threading.Thread(target=self._launch_and_feed, name="pipeline-launch", daemon=True).start()
+        else:
+            self._launch_and_feed()
         threading.Thread(target=self._watch, name="pipeline-status", daemon=True).start()
         return self
+
+    def _launch_and_feed(self) -> None:
+        try:
+            self._launch()
+        except PipelineError:
+            if self._stop.is_set():
+                return
+            raise
+        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
+        self._launched.set()
 
     def _recovery(self) -> tuple[Manifest | None, list[dict]]:
         """The checkpoint to resume from and the logged epochs after it; or a new history."""
@@ -147,6 +166,8 @@ class Pipeline:
             str(s.data_dir), s.checkpoint_every, resume,
         )
         spec = self.spec
+        if s.source == "kafka":
+            spec = dataclasses.replace(spec, partitions=self._kafka_partitions())
         owners = spread(spec.partition_names(), s.ingest_actors)
         self.ingest = [
             IngestActor.remote(
@@ -158,12 +179,31 @@ class Pipeline:
         ]
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
 
+    def _kafka_partitions(self) -> int:
+        """The topic's partition count; waits (reporting "disconnected") while the broker is unreachable."""
+        from kafka.errors import KafkaError
+
+        from ingest.sources.kafka import topic_partitions
+
+        delay = 0.5
+        while True:
+            try:
+                return topic_partitions(str(self.settings.bootstrap), str(self.settings.topic))
+            except KafkaError as exc:
+                self._status = {"status": "degraded", "ingest": "disconnected", "error": f"Kafka: {exc}"}
+                log.warning("Kafka at %s unreachable (%s); retrying in %.1f s", self.settings.bootstrap, exc, delay)
+                if self._stop.wait(delay):
+                    raise PipelineError("stopped while waiting for Kafka") from exc
+                delay = min(delay * 2, 10.0)
+
     def _epoch_arrived(self, view: EpochView) -> None:
         if callable(self.on_epoch):
             self.on_epoch(view)
 
     def _watch(self) -> None:
         while not self._stop.wait(STATUS_POLL_S):
+            if not self._launched.is_set():
+                continue
             try:
                 self._status = self.poll_status()
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
@@ -173,10 +213,18 @@ class Pipeline:
         ingest = ray.get([a.status.remote() for a in self.ingest])
         coord = ray.get(self.coordinator.status.remote())
         failed = coord["failed"] or next((i["error"] for i in ingest if i["error"]), None)
-        state = "failed" if failed else ("finished" if all(i["exhausted"] for i in ingest) else "running")
+        disconnected = not all(i["connected"] for i in ingest)
+        if failed:
+            state = "failed"
+        elif disconnected:
+            state = "disconnected"
+        else:
+            state = "finished" if all(i["exhausted"] for i in ingest) else "running"
         return {
+            "status": "degraded" if failed or disconnected else "ok",
             "ingest": state,
-            "error": failed,
+            "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),
+            "lag": {p: n for i in ingest for p, n in i["lag"].items()},
             "records": sum(i["records"] for i in ingest),
             "dead_letters": sum(i["dead_letters"] for i in ingest),
             "positions": {p: o for i in ingest for p, o in i["positions"].items()},
@@ -186,6 +234,9 @@ class Pipeline:
     def status(self) -> dict:
         """The cached status behind /health: no actor call per request."""
         return dict(self._status)
+
+    def wait_until_launched(self, timeout: float) -> bool:
+        return self._launched.wait(timeout)
 
     def wait_for_epoch(self, predicate, timeout: float = 60.0) -> EpochView:
         """Block until the API store holds an epoch that satisfies ``predicate``."""

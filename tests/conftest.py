@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import ray
+
+KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +28,40 @@ def ray_cluster():
         )
     yield ray
     ray.shutdown()
+
+
+@dataclass
+class KafkaBroker:
+    """A real single-node Kafka broker started by tools/kafka.sh on a free 127.0.0.1 port."""
+
+    directory: Path
+    bootstrap: str = ""
+
+    def start(self) -> str:
+        port = self.bootstrap.rsplit(":", 1)[1] if self.bootstrap else ""
+        out = subprocess.run(
+            ["bash", str(KAFKA_SH), "start", str(self.directory), *([port] if port else [])],
+            capture_output=True, text=True, timeout=300,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"tools/kafka.sh start failed:\n{out.stdout}\n{out.stderr}")
+        self.bootstrap = out.stdout.strip().splitlines()[-1]
+        return self.bootstrap
+
+    def stop(self) -> None:
+        subprocess.run(["bash", str(KAFKA_SH), "stop", str(self.directory)], check=True, timeout=120)
+
+    def topic(self) -> str:
+        return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """The project's own broker. It is never skipped: a broker that cannot start fails the tests that need it."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        broker.start()
+    except Exception as exc:  # noqa: BLE001 - turned into a failure that says what broke
+        pytest.fail(f"no Kafka broker (CI={os.environ.get('CI', '')}): {exc}", pytrace=False)
+    yield broker
+    broker.stop()

@@ -22,10 +22,15 @@ def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int
         for offset, raw in recs:
             if offset >= vector.get(p, 0):
                 continue
-            try:
-                updates = fn(raw)
-            except BadRecord:
-                continue
+            # A record may pack several newline-delimited events, each its own transaction.
+            updates = []
+            for event in raw.split(b"\n"):
+                if not event.strip():
+                    continue
+                try:
+                    updates.extend(fn(event))
+                except BadRecord:
+                    continue
             for i, u in enumerate(updates):
                 if isinstance(u, EdgeUpdate):
                     m, w = edges.get((u.src, u.dst, u.type), (0, 0))

@@ -78,7 +78,7 @@ class RateLimiter:
 class SourceSpec:
     """What an ingest actor needs to open its partitions; plain data that pickles."""
 
-    kind: str  # "synthetic" | "file"
+    kind: str  # "synthetic" | "file" | "kafka"
     partitions: int = 1
     path: str | None = None
     rate: float | None = None
@@ -89,6 +89,9 @@ class SourceSpec:
     # A JSONL file followed as one more partition, "events:0": where the API
     # appends the events POSTed to it when the source itself cannot take them.
     events_log: str | None = None
+    bootstrap: str | None = None
+    topic: str | None = None
+    group: str = "pulsegraph"
     options: dict = field(default_factory=dict)
 
     def partition_names(self) -> list[str]:
@@ -96,8 +99,10 @@ class SourceSpec:
             names = [f"synthetic:{i}" for i in range(self.partitions)]
         elif self.kind == "file":
             names = ["file:0"]
+        elif self.kind == "kafka":
+            names = [f"{self.topic}:{i}" for i in range(self.partitions)]
         else:
-            raise SourceError(f"unknown source kind {self.kind!r}; expected synthetic or file")
+            raise SourceError(f"unknown source kind {self.kind!r}; expected synthetic, file or kafka")
         return names + (["events:0"] if self.events_log else [])
 
 
@@ -110,6 +115,14 @@ def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) 
     from ingest.sources.file import FilePartition
     from ingest.sources.synthetic import SyntheticPartition
 
+    if spec.kind == "kafka":
+        from ingest.sources.kafka import KafkaClient, KafkaPartition, partition_number
+
+        numbers = [partition_number(n) for n in names]
+        client = KafkaClient(
+            str(spec.bootstrap), str(spec.topic), numbers, {partition_number(n): starts.get(n, 0) for n in names}, spec.group
+        )
+        return [KafkaPartition(client, p) for p in numbers]
     out: list[SourcePartition] = []
     for n in names:
         start = starts.get(n, 0)

@@ -1,0 +1,136 @@
+"""Ingest from a real Kafka broker (tools/kafka.sh), through real Ray actors, to the reference graph.
+
+Each test gets its own uuid topic. The reference is built from the records
+read back from the topic itself, so it is exactly what was produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import networkx as nx
+import numpy as np
+import ray
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from pulsegraph.produce import produce
+from pulsegraph.settings import Settings
+from pulsegraph.topology import Pipeline
+from tests.graphref import live_digraph, reference
+
+
+def consume_all(bootstrap: str, topic: str, with_headers: bool = False) -> dict[str, list]:
+    """Every record of ``topic``, per ``topic:partition``, as (offset, value) (and headers)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    parts = sorted(c.partitions_for_topic(topic))
+    tps = [TopicPartition(topic, p) for p in parts]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    ends = c.end_offsets(tps)
+    out: dict[str, list] = {f"{topic}:{p}": [] for p in parts}
+    deadline = time.monotonic() + 60
+    while any(c.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+        for tp, recs in c.poll(timeout_ms=500).items():
+            for r in recs:
+                item = (r.offset, r.value, dict(r.headers)) if with_headers else (r.offset, r.value)
+                out[f"{topic}:{tp.partition}"].append(item)
+    c.close()
+    return out
+
+
+def produce_args(broker, topic: str, **kw) -> argparse.Namespace:
+    base = dict(
+        bootstrap=broker.bootstrap, topic=topic, source="synthetic", path=None, rate=0, limit=1000, partitions=4,
+        events_per_message=1, seed=7, users=5000, hashtags=300, quiet=True,
+    )
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def end_vector(records: dict[str, list]) -> dict[str, int]:
+    return {p: (recs[-1][0] + 1 if recs else 0) for p, recs in records.items()}
+
+
+def kafka_settings(tmp_path, broker, topic: str, **kw) -> Settings:
+    base = dict(
+        source="kafka", bootstrap=broker.bootstrap, topic=topic, transform="tweets", ingest_actors=2, shards=3,
+        epoch_interval="200ms", data_dir=tmp_path / "data", batch_size=5000,
+    )
+    base.update(kw)
+    return Settings(**base)
+
+
+def test_100k_tweets_from_4_partitions_end_in_the_reference_graph(ray_cluster, kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    stats = produce(produce_args(kafka_broker, topic, limit=100_000))
+    assert stats == {**stats, "sent": 100_000, "errors": 0}
+    records = consume_all(kafka_broker.bootstrap, topic)
+    assert sum(map(len, records.values())) == 100_000 and all(records.values())
+    want_vector = end_vector(records)
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, pagerank_tol=1e-12)).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
+        want = reference(records, want_vector, "tweets")
+        assert ray.get(p.compute.snapshot.remote()) == want
+        assert view.result.records == 100_000
+        g = live_digraph(want, ("mentions",))
+        nxr = nx.pagerank(g, alpha=0.85, tol=1e-13, max_iter=10_000)
+        ours = view.result.scores["pagerank"]
+        assert np.abs(ours - np.array([nxr[n] for n in p.store.names[: view.result.vertices]])).sum() < 1e-7
+    finally:
+        p.stop()
+
+
+def test_packed_messages_are_one_transaction_per_event(ray_cluster, kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=12_000, events_per_message=25, partitions=2))
+    records = consume_all(kafka_broker.bootstrap, topic)
+    assert sum(map(len, records.values())) < 12_000 / 10  # packed
+    want_vector = end_vector(records)
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, ingest_actors=1)).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=120)
+        assert view.result.records == 12_000
+        assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
+    finally:
+        p.stop()
+
+
+def test_malformed_records_go_to_the_dlq_topic_and_the_valid_ones_all_apply(ray_cluster, kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=5000, partitions=2))
+    rng = random.Random(5)
+    bad = [
+        b"{not json", b'{"user": 7}', b'{"mentions": ["a"]}', b'{"user": "' + b"x" * 300 + b'"}',
+        b'{"user": "a", "hashtags": [1]}', b"[]", b'{"user": "a", "ts": "soon"}',
+    ]
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    sent_bad = 0
+    for i in range(1000):  # 1% of the stream is malformed, spread over both partitions
+        if rng.random() < 0.05:
+            producer.send(topic, value=rng.choice(bad), partition=i % 2)
+            sent_bad += 1
+        else:
+            producer.send(topic, value=json.dumps({"user": f"late{i % 50}", "mentions": [f"late{i % 7}"]}).encode(), partition=i % 2)
+    producer.flush()
+    producer.close()
+    records = consume_all(kafka_broker.bootstrap, topic)
+    want_vector = end_vector(records)
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic)).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=120)
+        assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
+        assert view.result.records == 6000 - sent_bad
+    finally:
+        p.stop()
+    letters = consume_all(kafka_broker.bootstrap, f"{topic}.dlq", with_headers=True)
+    found = {}
+    for recs in letters.values():
+        for _, value, headers in recs:
+            found[(headers["partition"].decode(), int(headers["offset"]))] = (value, headers["reason"].decode())
+    expected = {(p, o): v for p, recs in records.items() for o, v in recs if v in bad}
+    assert set(found) == set(expected)
+    assert all(found[k][0] == v and found[k][1] for k, v in expected.items())
