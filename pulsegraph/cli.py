@@ -29,12 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start the pipeline and the API", description="Start the pipeline and the API.")
     for name, f in Settings.model_fields.items():
         default = f.default if f.default is not None else "none"
+        # A boolean flag given alone means true: `--allow-anonymous-writes` as well as `--allow-anonymous-writes true`.
+        alone = {"nargs": "?", "const": "true"} if f.annotation is bool else {}
         run.add_argument(
             _flag(name),
             dest=name,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
             help=f"{f.description} (env PULSEGRAPH_{name.upper()}; default {default})",
+            **alone,
         )
     return parser
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ingest.transforms import TRANSFORMS
@@ -29,6 +29,23 @@ def parse_duration(value) -> float:
     if not m:
         raise ValueError(f"{value!r} is not a duration such as 1s, 500ms or 2m")
     return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+# A bearer token shorter than this is guessable; `python -c "import secrets; print(secrets.token_urlsafe(32))"` makes one.
+MIN_TOKEN_CHARS = 16
+_PLACEHOLDERS = re.compile(
+    r"(change[-_ ]?me|changeit|secret|password|passw0rd|token|api[-_]?token|placeholder|example|default|todo|test|dummy|"
+    r"x+|\*+|0+|1234.*|<.*>|\$\{.*\}|your[-_ ].*|replace[-_ ]?me.*|insert[-_ ].*)",
+    re.IGNORECASE,
+)
+
+
+def check_secret(value: str) -> None:
+    """Refuse placeholder and short secrets: a default-looking token is as good as none."""
+    if _PLACEHOLDERS.fullmatch(value.strip()) or len(set(value)) < 4:
+        raise ValueError("the API token is a placeholder; generate one with: python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
+    if len(value) < MIN_TOKEN_CHARS:
+        raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}")
 
 
 class Settings(BaseSettings):
@@ -49,6 +66,11 @@ class Settings(BaseSettings):
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
+    api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default, at least 16 characters")
+    api_token_file: Path | None = Field(None, description="a file whose first line is the bearer token (instead of --api-token)")
+    allow_anonymous_writes: bool = Field(False, description="accept POST /v1/events without a token when none is configured")
+    protect_reads: bool = Field(False, description="reads need the bearer token too")
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field((), description="origins that browsers may call the API from, comma-separated (default: none)")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
@@ -82,6 +104,37 @@ class Settings(BaseSettings):
         if self.transform is not None and self.transform not in TRANSFORMS:
             raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
         return self
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, v):
+        if isinstance(v, str):
+            v = tuple(o.strip() for o in v.split(",") if o.strip())
+        return v or ()
+
+    @model_validator(mode="after")
+    def _secrets(self):
+        if self.api_token is not None and self.api_token_file is not None:
+            raise ValueError("give --api-token or --api-token-file, not both")
+        token = self.bearer_token()  # reads and checks the file now, not at the first request
+        if token is not None:
+            check_secret(token)
+        if self.protect_reads and token is None:
+            raise ValueError("--protect-reads needs --api-token or --api-token-file")
+        return self
+
+    def bearer_token(self) -> str | None:
+        """The API token, from --api-token or the first line of --api-token-file."""
+        if self.api_token is not None:
+            return self.api_token.get_secret_value()
+        if self.api_token_file is None:
+            return None
+        try:
+            lines = self.api_token_file.read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read --api-token-file: {exc}") from None
+        return lines[0].strip() if lines else ""
+
 
     @property
     def transform_name(self) -> str:
