@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test clean
+.PHONY: install run test test-deps clean
 
 install: $(STAMP)
 
@@ -18,7 +18,21 @@ $(STAMP): pyproject.toml
 run: install
 	$(VENV)/bin/pulsegraph run
 
-test: install
+# What the tests need beyond Python packages: Debian's docker-compose (it validates
+# docker-compose.yml without a Docker engine), Debian's chromium (the dashboard's browser
+# test), and a Kafka broker's jars from Maven Central (tools/kafka.sh; needs Java 17 and mvn).
+# apt-get runs only for what is missing; CI runs as root on a fresh Debian machine.
+test-deps:
+	@missing=""; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	tools/kafka.sh fetch
+
+test: install test-deps
 	$(PY) -m pytest
 
 clean:

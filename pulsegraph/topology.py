@@ -183,15 +183,18 @@ class Pipeline:
         """The topic's partition count; waits (reporting "disconnected") while the broker is unreachable."""
         from kafka.errors import KafkaError
 
+        from ingest.exceptions import SourceError
         from ingest.sources.kafka import topic_partitions
 
         delay = 0.5
         while True:
             try:
                 return topic_partitions(str(self.settings.bootstrap), str(self.settings.topic))
-            except KafkaError as exc:
-                self._status = {"status": "degraded", "ingest": "disconnected", "error": f"Kafka: {exc}"}
-                log.warning("Kafka at %s unreachable (%s); retrying in %.1f s", self.settings.bootstrap, exc, delay)
+            except (KafkaError, SourceError) as exc:
+                # Unreachable, or the topic is not there yet (a producer may be about to create it).
+                state = "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
+                self._status = {"status": "degraded", "ingest": state, "error": f"Kafka: {exc}"}
+                log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
                 if self._stop.wait(delay):
                     raise PipelineError("stopped while waiting for Kafka") from exc
                 delay = min(delay * 2, 10.0)
