@@ -1,0 +1,88 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against the running pipeline.
+
+`make test` installs chromium when /usr/bin/chromium is missing; Playwright's own
+browser download is never used. The screenshot lands in tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "artifacts")
+# The flags a sandboxed CI machine needs, and none of Chromium's background calls home.
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def epoch_on(page) -> int:
+    text = page.locator("#epoch").inner_text().replace(",", "")
+    return int(text) if text.isdigit() else 0
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "") -> None:
+    """Poll from Python: the page's CSP forbids the string evaluation wait_for_function relies on."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_dashboard_goes_live_and_opens_a_vertex(browser, server):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/")
+    wait_until(lambda: epoch_on(page) > 0, what="the first epoch on the page")
+    first = epoch_on(page)
+    wait_until(lambda: epoch_on(page) > first + 2, what="the epoch number to increase")
+    rows = page.locator("#top-body tr[data-vertex]")
+    wait_until(lambda: rows.count() == 20, what="the top 20")
+    name = rows.nth(1).get_attribute("data-vertex")
+    page.fill("#search", name[:-1])
+    page.wait_for_selector(f"#suggestions li:text-is('{name}')", timeout=10_000)
+    page.click(f"#suggestions li:text-is('{name}')")
+    page.wait_for_selector("#vertex-body:not([hidden])", timeout=10_000)
+    assert page.locator("#vertex-title").inner_text() == name
+    history = page.locator("#chart-history path.line")
+    history.wait_for(state="attached", timeout=10_000)  # a steady rank is a flat line, which Playwright calls hidden
+    assert history.get_attribute("d").count("L") >= 2
+    assert page.locator("#nb-in tr").count() >= 1
+    assert page.locator("#chart-rate path.line").count() == 1
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard.png"), full_page=True)
+    assert page.locator("#banner").is_hidden()
+    assert errors == []
+
+
+def test_a_banner_when_the_api_is_down(browser, server):
+    page = browser.new_page()
+    page.goto(server + "/")
+    wait_until(lambda: epoch_on(page) > 0 and page.locator("#top-body tr[data-vertex]").count() == 20, what="the page to fill")
+    # Every API call now fails as if the server were gone; the page must say so, not go blank.
+    page.route(re.compile(r".*/(v1|health).*"), lambda route: route.abort())
+    page.evaluate("state.stream && state.stream.close(); state.stream = null")
+    page.wait_for_selector("#banner:not([hidden])", timeout=15_000)
+    assert "down" in page.locator("#banner-text").inner_text()
+    assert page.locator("#top-body tr[data-vertex]").count() == 20  # the last data stays on screen
+    page.close()
+
+
