@@ -1,0 +1,127 @@
+"""API read throughput and tail latency against a real ``pulsegraph run`` while it ingests.
+
+Starts ``pulsegraph run`` (synthetic tweets at ``--rate`` events/s, real local
+Ray actors) on 127.0.0.1, waits for a ranking, then drives each route with
+Debian's ``wrk`` (``apt-get install -y wrk``) and prints one Markdown table row
+per route for BENCHMARKS.md, with the machine it ran on. The pipeline keeps
+ingesting and sealing epochs through the whole run; the row says how many.
+
+    .venv/bin/python -m bench.api --seconds 20 --connections 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROUTES = {
+    "top-10": "/v1/rank/top?k=10",
+    "vertex": "/v1/vertices/user1",
+    "latest epoch": "/v1/epochs/latest",
+}
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores (nproc), {model}, Python {platform.python_version()}, {dt.date.today().isoformat()}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def to_ms(value: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value.strip())
+    if not m:
+        raise ValueError(f"cannot read wrk's latency {value!r}")
+    return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[m.group(2)]
+
+
+def wrk(url: str, seconds: float, connections: int, threads: int) -> dict:
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency", url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = {q: to_ms(re.search(rf"^\s+{q}%\s+(\S+)", out, re.M).group(1)) for q in ("50", "99")}
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    return {"rps": rps, "p50": lat["50"], "p99": lat["99"], "non2xx": int(bad.group(1)) if bad else 0,
+            "socket_errors": errors.group(1) if errors else "", "raw": out}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2, help="wrk threads")
+    ap.add_argument("--rate", type=float, default=1000, help="events/s the pipeline ingests meanwhile")
+    ap.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of: {', '.join(ROUTES)}")
+    args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        print("bench.api needs wrk: apt-get install -y wrk", file=sys.stderr)
+        return 2
+    exe = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="pg-bench-api-")
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [exe, "run", "--port", str(port), "--data-dir", data, "--rate", str(args.rate), "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=data,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, "pulsegraph run exited"
+            assert time.monotonic() < deadline, "no ranking within 180 s"
+            try:
+                if len(httpx.get(base + ROUTES["top-10"], timeout=2).json().get("items", [])) == 10:
+                    break
+            except (httpx.TransportError, ValueError):
+                pass
+            time.sleep(0.5)
+        wrk(base + ROUTES["top-10"], 3, args.connections, args.threads)  # warm-up
+        print(f"machine: {machine()}")
+        print(f"wrk -t{args.threads} -c{args.connections} -d{int(args.seconds)}s, pipeline ingesting {args.rate:g} events/s\n")
+        print("| route | requests/s | p50 ms | p99 ms | non-2xx | epochs sealed during the run |")
+        print("|---|---|---|---|---|---|")
+        for name in args.routes.split(","):
+            e0 = httpx.get(base + "/v1/epochs/latest", timeout=5).json()["epoch"]
+            r = wrk(base + ROUTES[name], args.seconds, args.connections, args.threads)
+            e1 = httpx.get(base + "/v1/epochs/latest", timeout=5).json()["epoch"]
+            print(f"| `{ROUTES[name]}` | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non2xx']} | {e1 - e0} |", flush=True)
+            if r["socket_errors"]:
+                print(f"  (wrk socket errors: {r['socket_errors']})")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
