@@ -62,6 +62,24 @@ class ResidentGraph:
         return g
 
     @classmethod
+    def from_device_edges(cls, n: int, src, dst, weight, backend: Backend, **kw) -> "ResidentGraph":
+        """Straight into the base CSRs on the device (repeated pairs summed), without the host overlay
+        path: for graphs too big to pass through host arrays, such as bench/gpu_check.sh's."""
+        g = cls(backend, **kw)
+        g.grow(n)
+        xp, dtype = backend.xp, g.dtype
+        base = backend.sparse.coo_matrix((xp.asarray(weight, dtype=dtype), (src, dst)), shape=(n, n)).tocsr()
+        base.sum_duplicates()
+        g._base_out = base
+        g._base_in = base.T.tocsr()
+        out = backend.to_host(xp.asarray(base.sum(axis=1)).ravel()).astype(np.float64)
+        g.out_weight = out
+        with np.errstate(divide="ignore"):
+            g.inv_out = backend.asarray(np.where(out > 0, 1.0 / out, 0.0), dtype=dtype)
+        g._rebuild_overlay()
+        return g
+
+    @classmethod
     def from_scipy(cls, adjacency, backend: Backend | None = None, **kw) -> "ResidentGraph":
         coo = adjacency.tocoo()
         return cls.from_edges(adjacency.shape[0], coo.row, coo.col, coo.data, backend, **kw)

@@ -190,3 +190,15 @@ def test_the_algorithms_import_without_ray_fastapi_or_cupy():
         "bad = {'ray', 'fastapi', 'cupy', 'msgspec'} & set(sys.modules); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_graph_built_on_the_device_equals_one_built_from_deltas(backend):
+    stream = RandomStream(8)
+    stream.epoch(300)
+    a = stream.adjacency().tocoo()
+    xp = backend.xp
+    g = ResidentGraph.from_device_edges(
+        stream.n, xp.asarray(a.row, dtype=np.int32), xp.asarray(a.col, dtype=np.int32), xp.asarray(a.data), backend
+    )
+    assert abs(g.to_scipy() - stream.adjacency()).max() == 0
+    np.testing.assert_array_equal(g.out_weight, np.asarray(stream.adjacency().sum(axis=1)).ravel())
