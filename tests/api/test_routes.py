@@ -171,3 +171,19 @@ def test_stream_sends_one_event_per_epoch(server):
                 if len(seen) == 3:
                     break
     assert seen == sorted(seen) and len(set(seen)) == 3
+
+
+def test_the_fast_top_path_answers_what_the_route_answers(running):
+    _, client = running
+    epoch = client.get("/v1/epochs", params={"limit": 2}).json()["items"][-1]["epoch"]
+    for query in (f"k=7&epoch={epoch}", f"epoch={epoch}&algo=pagerank&k=1000", f"epoch={epoch}"):
+        fast = client.get(f"/v1/rank/top?{query}")
+        # An unknown parameter takes the request past the fast path to the FastAPI route, which ignores it.
+        route = client.get(f"/v1/rank/top?{query}&via=route")
+        assert fast.status_code == route.status_code == 200
+        assert fast.content == route.content and fast.headers["content-type"] == route.headers["content-type"]
+    for query in ("k=0", "k=1001", "epoch=0", "algo=nope", "epoch=999999999", "k=%31"):
+        r = client.get(f"/v1/rank/top?{query}")
+        assert r.status_code in (400, 404, 422) or (query == "k=%31" and r.status_code == 200), query
+        if r.status_code != 200:
+            assert r.json()["error"]["code"]
