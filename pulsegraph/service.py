@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 
 import uvicorn
 
@@ -15,6 +16,9 @@ from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
 log = logging.getLogger("pulsegraph")
+
+# How long a POST waits for Kafka to acknowledge its events before answering 503 (the client may retry).
+KAFKA_SEND_TIMEOUT_S = 10.0
 
 # Open /v1/stream connections never finish on their own; on Ctrl-C uvicorn waits this long for them, then closes them.
 GRACEFUL_SHUTDOWN_S = 3
@@ -32,21 +36,48 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def kafka_sink(bootstrap: str, topic: str):
+    """POSTed events to the Kafka topic the pipeline consumes, one event per message, acknowledged by every
+    in-sync replica before the API answers 202. The producer is made at the first POST, so the API starts
+    even while the broker is still coming up."""
+    made: dict = {}
+    lock = threading.Lock()
+
+    def send(records: list[bytes]) -> None:
+        from kafka import KafkaProducer
+
+        with lock:
+            if "producer" not in made:
+                made["producer"] = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+        producer = made["producer"]
+        futures = [producer.send(topic, value=r) for r in records]
+        producer.flush(timeout=KAFKA_SEND_TIMEOUT_S)
+        for f in futures:
+            f.get(timeout=KAFKA_SEND_TIMEOUT_S)  # raises the broker's error: the app answers 503
+
+    return send
+
+
+def events_sink(settings: Settings, pipeline: Pipeline):
+    """Where POST /v1/events appends: the Kafka topic of --source kafka, else the embedded log the pipeline follows."""
+    if settings.source == "kafka":
+        return kafka_sink(str(getattr(settings, "bootstrap")), str(getattr(settings, "topic")))
+    return EventLog(str(pipeline.events_log)).append
+
+
 def build_app(settings: Settings, pipeline: Pipeline):
     """The API over the pipeline: its store and status, and POSTed events appended to its event log.
 
-    The events sink is the one seam for the write path: a Kafka source will pass a
-    producer's send here instead of the embedded log's append.
+    The events sink is the one seam of the write path: the embedded log's append, or a
+    Kafka producer's send for --source kafka.
     """
     token = settings.bearer_token()
     if token is None and settings.allow_anonymous_writes and settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("anyone who can reach %s:%d can write events (--allow-anonymous-writes without a token)", settings.host, settings.port)
-    # The embedded log is followed only by the synthetic and file sources; other sources bring their own sink.
-    sink = EventLog(str(pipeline.events_log)).append if settings.source in ("synthetic", "file") else None
     return create_app(
         pipeline.store,
         pipeline.status,
-        events_sink=sink,
+        events_sink=events_sink(settings, pipeline),
         event_transform=get_transform(settings.transform_name),
         api_token=token,
         allow_anonymous_writes=settings.allow_anonymous_writes,
