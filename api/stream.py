@@ -22,6 +22,9 @@ HEARTBEAT_S = 15.0
 MAX_CLIENTS = 1000
 
 
+_END = b""  # the frame that ends a stream: the server is going away
+
+
 def sse_frame(epoch: int, data: bytes) -> bytes:
     return b"id: %d\ndata: %s\n\n" % (epoch, data)
 
@@ -31,6 +34,7 @@ class Broadcaster:
         self._subs: dict[asyncio.Queue, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
         self.dropped = 0  # epochs a slow client never saw because a newer one replaced them
+        self.closed = False
 
     @property
     def clients(self) -> int:
@@ -40,7 +44,7 @@ class Broadcaster:
         """A queue for the calling coroutine's loop, or None when MAX_CLIENTS streams are open."""
         q: asyncio.Queue = asyncio.Queue(maxsize=1)
         with self._lock:
-            if len(self._subs) >= MAX_CLIENTS:
+            if self.closed or len(self._subs) >= MAX_CLIENTS:
                 return None
             self._subs[q] = asyncio.get_running_loop()
         return q
@@ -59,6 +63,11 @@ class Broadcaster:
             except RuntimeError:  # the client's loop is closed: it is gone
                 self.unsubscribe(q)
 
+    def close(self) -> None:
+        """End every open stream (the server is shutting down); callable from any thread."""
+        self.closed = True
+        self.publish(_END)
+
     def _offer(self, q: asyncio.Queue, frame: bytes) -> None:
         if q.full():
             q.get_nowait()
@@ -74,6 +83,8 @@ class Broadcaster:
                 except asyncio.TimeoutError:
                     yield b": keep-alive\n\n"
                     continue
+                if frame is _END:
+                    return
                 yield frame
         finally:
             self.unsubscribe(q)

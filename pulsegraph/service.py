@@ -86,16 +86,29 @@ def build_app(settings: Settings, pipeline: Pipeline):
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, ending the open event streams as soon as it is told to stop, so it need not wait them out."""
+
+    def __init__(self, config: uvicorn.Config, on_exit) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
 def serve(settings: Settings) -> int:
     pipeline = Pipeline(settings, on_epoch=print_epoch)
     log.info("starting: source %s, %d shards, %d ingest actors", settings.source, settings.shards, settings.ingest_actors)
     pipeline.start()
     app = build_app(settings, pipeline)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        )
+        ),
+        on_exit=app.state.broadcaster.close,
     )
     log.info("serving on http://%s:%d/  (top ranks: /v1/rank/top?k=10, API docs: /docs)", settings.host, settings.port)
     # uvicorn shuts down gracefully on SIGINT and SIGTERM, then re-raises the

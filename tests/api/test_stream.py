@@ -44,3 +44,23 @@ def test_a_stream_starts_with_the_newest_epoch_and_unsubscribes_when_closed():
         assert b.clients == 0
 
     asyncio.run(run())
+
+
+def test_closing_ends_every_stream():
+    b = Broadcaster()
+
+    async def run():
+        q = b.subscribe()
+        frames = []
+
+        async def read():
+            async for frame in b.stream(q, None):
+                frames.append(frame)
+
+        task = asyncio.create_task(read())
+        await asyncio.sleep(0)
+        b.close()
+        await asyncio.wait_for(task, 5)
+        assert b.clients == 0 and b.subscribe() is None
+
+    asyncio.run(run())
