@@ -130,11 +130,15 @@ class GraphHistory:
     def slots(self) -> int:
         return self.src.n
 
-    def apply(self, epoch: int, changes: EdgeChanges | None) -> None:
-        """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored)."""
+    def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False) -> None:
+        """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored).
+
+        ``full``: the changes are the whole graph (the first epoch after a restore from a checkpoint);
+        every edge they do not name is gone, and no epoch before counts as missed.
+        """
         if epoch <= self.epoch:
             return
-        if epoch != self.epoch + 1:
+        if epoch != self.epoch + 1 and not full:
             log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, epoch - 1)
             self.missed_epochs += epoch - self.epoch - 1
         ch = changes if changes is not None else EdgeChanges.empty()
@@ -169,6 +173,11 @@ class GraphHistory:
                 self._keys, self._key_slots = _merge_sorted(self._keys, self._key_slots, keys[fresh], new_slots)
                 self._by_src = _merge_sorted(*self._by_src, src[fresh].astype(np.int32), new_slots)
                 self._by_dst = _merge_sorted(*self._by_dst, dst[fresh].astype(np.int32), new_slots)
+            if full:
+                gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
+                slots = np.concatenate([slots, gone])
+                mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
+                weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
             order = np.argsort(slots)
             s = slots[order]
             self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy()))

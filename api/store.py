@@ -100,7 +100,7 @@ class ResultStore:
         # Merged outside the lock: two sorted runs, which timsort merges in linear time.
         sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
         for v in views:
-            self.graph.apply(v.result.epoch, v.result.edge_changes)
+            self.graph.apply(v.result.epoch, v.result.edge_changes, bool(getattr(v.result, "full_changes", False)))
         with self._lock:
             for name in new_names:
                 self.index[name] = len(self.names)

@@ -67,3 +67,20 @@ def test_a_gap_is_counted():
     g.apply(1, EdgeChanges.empty())
     g.apply(4, EdgeChanges.empty())
     assert g.missed_epochs == 2
+
+
+def test_a_full_epoch_replaces_the_graph_and_older_epochs_still_answer():
+    epochs = random_epochs(12, seed=5)
+    g = GraphHistory(retain=20)
+    for e, (changed, _) in enumerate(epochs[:6], start=1):
+        g.apply(e, as_changes(changed))
+    # A restore (epochs 7..9 never reached this view): epoch 10 comes as the whole graph, once.
+    whole = dict(epochs[9][1])
+    g.apply(10, as_changes(whole), full=True)
+    g.apply(11, as_changes(epochs[10][0]))
+    assert g.missed_epochs == 0
+    for v in range(30):
+        for direction in ("out", "in"):
+            assert got(g, v, direction, None) == expected(epochs[10][1], v, direction)
+            assert got(g, v, direction, 10) == expected(epochs[9][1], v, direction)
+            assert got(g, v, direction, 5) == expected(epochs[4][1], v, direction)
