@@ -69,6 +69,7 @@ class ComputeActor:
             compute_ms={name: run.ms for name, run in runs.items()},
             iterations={name: run.stats.iterations for name, run in runs.items()},
             edge_changes=changes,
+            full_changes=bool(deltas) and all(d.full for d in deltas),
             types=list(g.types),
             methods={name: run.stats.method for name, run in runs.items()},
             graph_ms=self._engine.graph_ms + publish_ms,

@@ -33,6 +33,9 @@ class EpochResult:
     # What changed in this epoch, so a consumer can keep the graph itself (neighbors, time travel):
     # edges as global ids with their new absolute state, ``types`` names the type ids.
     edge_changes: EdgeChanges | None = None
+    # True when ``edge_changes`` holds the whole graph (the first epoch after a restore from a
+    # checkpoint): a consumer that kept the graph replaces it instead of missing epochs before.
+    full_changes: bool = False
     types: list[str] = field(default_factory=list)
     # How each algorithm was solved this epoch ("power", "push"), and the time spent absorbing
     # the changes into the resident graph and copying the scores to the host.

@@ -54,6 +54,7 @@ class IngestActor:
         batch_size: int = 2000,
     ) -> None:
         logging.basicConfig(level=logging.INFO)
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter drowns the pipeline's log
         self.actor_id = actor_id
         self._parts = open_partitions(spec, partitions, starts)
         self._transform = get_transform(transform)

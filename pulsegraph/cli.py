@@ -14,6 +14,8 @@ import sys
 
 from pydantic import ValidationError
 
+from pulsegraph.produce import add_arguments as add_produce_arguments
+from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
 
 log = logging.getLogger("pulsegraph")
@@ -39,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{f.description} (env PULSEGRAPH_{name.upper()}; default {default})",
             **alone,
         )
+    produce = sub.add_parser(
+        "produce", help="write events to a Kafka topic", description="Write events to a Kafka topic (creating it if needed)."
+    )
+    add_produce_arguments(produce)
     return parser
 
 
@@ -49,6 +55,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "produce":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter is not the user's business
+        stats = produce(args)
+        return 1 if stats["errors"] else 0
     try:
         settings = settings_from(args)
     except ValidationError as exc:

@@ -51,8 +51,11 @@ def check_secret(value: str) -> None:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid")
 
-    source: Literal["synthetic", "file"] = Field("synthetic", description="where events come from")
+    source: Literal["synthetic", "file", "kafka"] = Field("synthetic", description="where events come from")
     path: Path | None = Field(None, description="the JSONL file of --source file (followed as it grows)")
+    bootstrap: str | None = Field(None, description="Kafka bootstrap servers HOST:PORT[,HOST:PORT] of --source kafka")
+    topic: str | None = Field(None, description="the Kafka topic of --source kafka (its bad records go to TOPIC.dlq)")
+    group: str = Field("pulsegraph", description="Kafka consumer group that durable offsets are committed to (for lag monitoring)")
     transform: str | None = Field(None, description="record -> updates: edges or tweets (default: tweets for synthetic, edges for file)")
     rate: float | None = Field(None, ge=0, description="events/s to read; 0 means as fast as the pipeline takes them (default: 1000 for synthetic, unbounded for file)")
     limit: int | None = Field(None, ge=0, description="stop the source after this many records")
@@ -101,6 +104,8 @@ class Settings(BaseSettings):
     def _consistent(self):
         if self.source == "file" and self.path is None:
             raise ValueError("--source file needs --path FILE")
+        if self.source == "kafka" and not (self.bootstrap and self.topic):
+            raise ValueError("--source kafka needs --bootstrap HOST:PORT and --topic TOPIC")
         if self.transform is not None and self.transform not in TRANSFORMS:
             raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
         return self
@@ -134,7 +139,6 @@ class Settings(BaseSettings):
         except OSError as exc:
             raise ValueError(f"cannot read --api-token-file: {exc}") from None
         return lines[0].strip() if lines else ""
-
 
     @property
     def transform_name(self) -> str:

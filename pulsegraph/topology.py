@@ -104,6 +104,9 @@ class Pipeline:
         """Start the pipeline. With Kafka this returns at once: the actors are launched as soon as the
         broker answers, and until then /health says the ingest is disconnected."""
         init_ray(self.settings)
+        # Build Ray's serialization context here, on this thread: built first on the launcher
+        # thread, it races the main thread's imports (pydantic.v1) and fails.
+        ray.put(None)
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         if self.settings.source == "kafka":
             threading.Thread(target=self._launch_and_feed, name="pipeline-launch", daemon=True).start()

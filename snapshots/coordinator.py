@@ -70,6 +70,9 @@ class EpochCoordinator:
         self._last: Epoch | None = None
         self._durable: dict[str, int] = {}
         self._replay: collections.deque = collections.deque()
+        # After a restore, the next cut happens even with nothing new: it carries the restored
+        # state downstream, so results are served again without waiting for new records.
+        self._republish = bool(resume)
         if resume:
             self._progress = dict(resume["vector"])
             self._valid = dict(resume["valid"])
@@ -129,7 +132,7 @@ class EpochCoordinator:
                     number, vector, records, valid = head["epoch"], dict(head["vector"]), head["records"], None
                 else:
                     vector = dict(self._progress)
-                    if vector == (self._last.vector if self._last else {}):
+                    if vector == (self._last.vector if self._last else {}) and not self._republish:
                         return None  # nothing new delivered: no empty epochs
                     number = (self._last.number + 1) if self._last else 1
                     records, valid = sum(self._valid.values()), dict(self._valid)
@@ -161,6 +164,7 @@ class EpochCoordinator:
                 epoch.timeliness_ms = {"p50": 0.0, "p99": 0.0, "max": 0.0}
             self._last = epoch
             self._recent.append(epoch)
+            self._republish = False
             info = {
                 "epoch": epoch.number,
                 "vector": dict(vector),

@@ -227,6 +227,7 @@ class ShardStore:
         touched_v = np.unique(np.concatenate([src, dst, vids]))
         newly = touched_v[~self.exists.view[touched_v]]
         self.exists.view[newly] = True
+        full = self._resend_all
         if self._resend_all:
             self._resend_all = False
             newly = np.flatnonzero(self.exists.view)
@@ -272,6 +273,7 @@ class ShardStore:
             e_type=type_map[e.etype.view[touched]],
             e_mult=e.mult.view[touched].copy(),
             e_weight=e.weight.view[touched].copy(),
+            full=full,
         )
         summary = ShardSummary(
             shard=self.shard,

@@ -127,7 +127,7 @@ def test_unknown_partition_and_kind():
     with pytest.raises(SourceError):
         synth(names=["synthetic:2"])
     with pytest.raises(SourceError):
-        SourceSpec(kind="kafka").partition_names()
+        SourceSpec(kind="pulsar").partition_names()
 
 
 # --------------------------------------------------------------------------- rate limiter

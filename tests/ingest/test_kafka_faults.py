@@ -1,0 +1,164 @@
+"""Exactly-once under faults, with a real broker: the whole service SIGKILLed and restarted, and a broker outage.
+
+The service runs as a user runs it (``pulsegraph run --source kafka`` in its own
+session, so a kill takes every Ray process it started). Its final graph is read
+from its newest checkpoint and compared, edge for edge, with the reference
+built from the topic's records: that is what an uninterrupted run holds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from pulsegraph.produce import produce
+from snapshots.checkpoint import CheckpointStore, read_verified
+from snapshots.epoch import EpochLog
+from snapshots.store import ShardStore
+from tests.graphref import merge, reference
+from tests.ingest.test_kafka import consume_all, end_vector, produce_args
+from tests.pulsegraph.test_cli import free_port
+
+EXE = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
+
+
+class Service:
+    def __init__(self, broker, topic: str, data_dir, log_path) -> None:
+        self.args = [
+            EXE, "run", "--source", "kafka", "--bootstrap", broker.bootstrap, "--topic", topic, "--transform", "tweets",
+            "--ingest-actors", "2", "--shards", "2", "--epoch-interval", "300ms", "--checkpoint-every", "1",
+            "--data-dir", str(data_dir), "--num-cpus", "4", "--log-level", "WARNING",
+        ]
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self.port = free_port()
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([*self.args, "--port", str(self.port)], stdout=log, stderr=log, start_new_session=True)
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the service's session: the driver, Ray's daemons and its actors."""
+        subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
+
+    def latest(self) -> dict | None:
+        try:
+            r = httpx.get(f"http://127.0.0.1:{self.port}/v1/epochs/latest", timeout=2)
+        except httpx.TransportError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    def health(self) -> dict | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).json()
+        except (httpx.TransportError, ValueError):
+            return None
+
+    def wait_for(self, predicate, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, open(self.log_path, "rb").read()[-3000:].decode(errors="replace")
+            e = self.latest()
+            if e is not None and predicate(e):
+                return e
+            time.sleep(0.25)
+        raise AssertionError(f"no epoch matched within {timeout}s; log tail:\n" + open(self.log_path, "rb").read()[-3000:].decode(errors="replace"))
+
+
+def checkpointed_graph(data_dir) -> tuple[dict, dict]:
+    m = CheckpointStore(data_dir).latest()
+    assert m is not None
+    shards = [ShardStore.restore(read_verified(m.shard_path(i), d)).snapshot() for i, d in sorted(m.shards.items())]
+    return m.vector, merge(shards)
+
+
+def assert_one_history(data_dir) -> None:
+    entries = EpochLog.read(str(data_dir / "epochs.log"))
+    assert [e["epoch"] for e in entries] == list(range(1, len(entries) + 1))
+    for a, b in zip(entries, entries[1:]):
+        assert all(b["vector"].get(p, 0) >= o for p, o in a["vector"].items())
+
+
+def test_sigkill_five_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=10, partitions=4))  # the topic exists before the service starts
+    producer = threading.Thread(
+        target=produce, args=(produce_args(kafka_broker, topic, limit=24_000, rate=2500, seed=8, partitions=4),), daemon=True
+    )
+    data = tmp_path / "data"
+    svc = Service(kafka_broker, topic, data, tmp_path / "service.log")
+    rng = random.Random(3)
+    svc.start()
+    producer.start()
+    epochs_seen = []
+    try:
+        for _ in range(5):
+            e = svc.wait_for(lambda e: True, timeout=120)
+            time.sleep(rng.uniform(0.3, 2.0))
+            epochs_seen.append(e["epoch"])
+            svc.kill()
+            svc.start()
+        producer.join(timeout=120)
+        records = consume_all(kafka_broker.bootstrap, topic)
+        want_vector = end_vector(records)
+        final = svc.wait_for(lambda e: e["vector"] == want_vector, timeout=180)
+        assert final["records"] == 24_010
+        time.sleep(1.0)  # the checkpoint of the final epoch
+    finally:
+        svc.stop()
+    assert epochs_seen == sorted(epochs_seen), "each restart resumes the history"
+    vector, graph = checkpointed_graph(data)
+    assert vector == want_vector
+    assert graph == reference(records, want_vector, "tweets")
+    assert_one_history(data)
+
+
+def test_a_broker_outage_of_10_s_loses_and_duplicates_nothing(kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=6000, partitions=2, seed=4))
+    data = tmp_path / "data"
+    svc = Service(kafka_broker, topic, data, tmp_path / "service.log")
+    svc.start()
+    try:
+        before = svc.wait_for(lambda e: e["records"] >= 6000, timeout=120)
+        kafka_broker.stop()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (svc.health() or {}).get("ingest") != "disconnected":
+            time.sleep(0.5)
+        assert (svc.health() or {}).get("ingest") == "disconnected"
+        assert svc.latest()["epoch"] >= before["epoch"]  # still serving the last sealed epoch
+        time.sleep(max(0.0, 10 - (30 - (deadline - time.monotonic()))))
+        kafka_broker.start()
+        produce(produce_args(kafka_broker, topic, limit=4000, partitions=2, seed=5))
+        records = consume_all(kafka_broker.bootstrap, topic)
+        want_vector = end_vector(records)
+        final = svc.wait_for(lambda e: e["vector"] == want_vector, timeout=180)
+        assert final["records"] == 10_000
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (svc.health() or {}).get("ingest") != "running":
+            time.sleep(0.5)
+        assert (svc.health() or {}).get("ingest") == "running"
+        time.sleep(1.0)
+    finally:
+        svc.stop()
+    vector, graph = checkpointed_graph(data)
+    assert vector == want_vector
+    assert graph == reference(records, want_vector, "tweets")
