@@ -21,7 +21,7 @@ POLL_S = 0.1
 
 class ResultFeed:
     def __init__(self, compute, store: ResultStore, on_epoch: Callable[[EpochView], None] | None = None) -> None:
-        self._compute = compute
+        self.compute = compute  # swapped by the wiring when it relaunches the pipeline
         self._store = store
         self._on_epoch = on_epoch
         self._stop = threading.Event()
@@ -36,7 +36,7 @@ class ResultFeed:
         self._thread.join(timeout=10)
 
     def poll(self) -> list[EpochView]:
-        results, names = ray.get(self._compute.results_after.remote(self._store.latest_epoch, len(self._store.names)))
+        results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names)))
         views = self._store.add(results, names)
         if self._on_epoch:
             for v in views:

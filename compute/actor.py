@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import collections
 import logging
+import pickle
 import time
+from pathlib import Path
 
 import ray
 
 from compute.engine import RankConfig, RankEngine
 from compute.graph import EdgeChanges, GlobalGraph
 from compute.results import EpochResult
+from snapshots.checkpoint import CheckpointStore, read_verified, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +33,14 @@ KEEP_RESULTS = 16
 
 @ray.remote
 class ComputeActor:
-    def __init__(self, rank_types: tuple[str, ...] | None = None, config=None) -> None:
+    def __init__(self, rank_types: tuple[str, ...] | None = None, config=None, restore: tuple[str, str] | None = None) -> None:
         """``config``: a :class:`~compute.engine.RankConfig`, or the settings (or a dict of their
-        ranking fields) it is read from."""
+        ranking fields) it is read from. ``restore``: (path, sha256) of the ids file of a checkpoint."""
         logging.basicConfig(level=logging.INFO)
-        self._graph = GlobalGraph()
+        if restore is None:
+            self._graph = GlobalGraph()
+        else:
+            self._graph = GlobalGraph.restore_ids(pickle.loads(read_verified(Path(restore[0]), restore[1])))
         self._rank_types = tuple(rank_types) if rank_types else None
         if config is None:
             config = RankConfig()
@@ -79,6 +85,13 @@ class ComputeActor:
             "epoch": result.epoch, "vertices": result.vertices, "edges": result.edges,
             "compute_ms": result.compute_ms.get("pagerank", 0.0),
         }
+
+    def checkpoint(self, epoch: int, data_dir: str) -> str:
+        """Write the global ids as of the last epoch applied (``epoch``: the coordinator orders this call
+        after that epoch's ``apply_epoch``); returns the file's sha256."""
+        folder = CheckpointStore(data_dir).folder(epoch)
+        folder.mkdir(parents=True, exist_ok=True)
+        return write_atomic(folder / "compute.ckpt", pickle.dumps(self._graph.ids_state(), protocol=5))
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
         """Results newer than ``epoch``, and the vertex names from id ``known_names`` on."""

@@ -72,6 +72,21 @@ class GlobalGraph:
     def n(self) -> int:
         return len(self.names)
 
+    def ids_state(self) -> dict:
+        """What fixes the global ids: vertex names and edge types in id order (see :meth:`restore_ids`)."""
+        return {"names": list(self.names), "types": list(self.types)}
+
+    @classmethod
+    def restore_ids(cls, state: dict) -> "GlobalGraph":
+        """An empty graph that gives the checkpointed names and types their old ids again; the shards'
+        first deltas after a restore then fill it. Ids that consumers (the API) already hold stay valid."""
+        g = cls()
+        g.names = list(state["names"])
+        g.index = {name: i for i, name in enumerate(g.names)}
+        g.types = list(state["types"])
+        g._type_index = {t: i for i, t in enumerate(g.types)}
+        return g
+
     def apply(self, delta: EpochDelta) -> EdgeChanges:
         """Merge one shard's delta; returns its edge changes in global ids."""
         return self.apply_with_previous(delta)[0]

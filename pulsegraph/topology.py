@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from api.exceptions import NotFound
 from api.feed import ResultFeed
@@ -36,8 +37,17 @@ log = logging.getLogger(__name__)
 MIN_LOCAL_CPUS = 4
 # Plenty for epoch deltas of a single machine, and it keeps a laptop's shared memory free.
 OBJECT_STORE_BYTES = 512 * 1024 * 1024
-# How often the cached pipeline status behind /health is refreshed.
+# The settings the compute actor reads (never the whole Settings: no token travels to an actor).
+RANKING_FIELDS = {
+    "device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction",
+}
+# How often the cached pipeline status behind /health is refreshed, and how long an actor
+# may take to answer it before it counts as lost (a busy actor answers within a few batches).
 STATUS_POLL_S = 1.0
+STATUS_TIMEOUT_S = 30.0
+# Wait before relaunching a lost pipeline, doubling while relaunches keep failing.
+RELAUNCH_BACKOFF_S = 0.5
+RELAUNCH_BACKOFF_MAX_S = 30.0
 
 
 def init_ray(settings: Settings) -> None:
@@ -74,6 +84,7 @@ class Pipeline:
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
+        self.recoveries = 0
 
     @property
     def spec(self) -> SourceSpec:
@@ -125,10 +136,12 @@ class Pipeline:
         self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
         self._launched.set()
 
-    def _recovery(self) -> tuple[Manifest | None, list[dict]]:
-        """The checkpoint to resume from and the logged epochs after it; or a new history."""
+    def _recovery(self) -> tuple[Manifest | None, dict | None]:
+        """Where to resume: the newest valid checkpoint and the logged epochs after it; without one,
+        every logged epoch from the start (S_e is a pure function of V_e, so re-cutting them from an
+        empty graph rebuilds the same history, and the same downstream ids); or, with no log, nothing."""
         s = self.settings
-        epoch_log = s.data_dir / "epochs.log"
+        entries = EpochLog.read(str(s.data_dir / "epochs.log"))
         manifest = CheckpointStore(s.data_dir).latest() if s.checkpoint_every else None
         if manifest is not None:
             if sorted(manifest.shards) != list(range(s.shards)):
@@ -136,41 +149,50 @@ class Pipeline:
                     f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {s.shards}. "
                     f"Operator action: run with --shards {len(manifest.shards)}, or move {s.data_dir} aside to start anew."
                 )
-            replay = [e for e in EpochLog.read(str(epoch_log)) if e["epoch"] > manifest.epoch]
+            replay = [e for e in entries if e["epoch"] > manifest.epoch]
             log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
-            return manifest, replay
-        stamp = int(time.time())
-        for old in ([epoch_log, self.events_log] if s.source == "synthetic" else [epoch_log]):
-            if old.exists() and old.stat().st_size:
-                # Without a checkpoint to resume from, a new run starts a new history.
-                aside = old.with_name(f"{old.stem}.{stamp}{old.suffix}")
-                old.rename(aside)
-                log.warning("no checkpoint: previous %s moved to %s; this run starts at epoch 1", old.name, aside)
-        return None, []
+            return manifest, {"epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay}
+        if entries:
+            log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
+            return None, {"epoch": 0, "vector": {}, "valid": {}, "replay": entries}
+        return None, None
+
+    def _check_source(self, resume: dict | None, partitions: list[str]) -> None:
+        """Refuse to resume a history whose partitions this source does not have: it would wait forever."""
+        known = set(resume["vector"]) | {p for e in resume["replay"] for p in e["vector"]} if resume else set()
+        missing = sorted(known - set(partitions))
+        if missing:
+            raise PipelineError(
+                f"{self.settings.data_dir} holds the history of other partitions ({', '.join(missing[:4])}) than this "
+                f"source has. Operator action: run with the settings that wrote it, or use another --data-dir."
+            )
 
     def _launch(self) -> None:
         """Create every actor, from the newest checkpoint when there is one, and start them."""
         s = self.settings
-        manifest, replay = self._recovery()
+        spec = self.spec
+        if s.source == "kafka":
+            spec = dataclasses.replace(spec, partitions=self._kafka_partitions())
+        manifest, resume = self._recovery()
+        self._check_source(resume, spec.partition_names())
         if s.source == "synthetic":
             self.events_log.touch()
-        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(s.ranked_types, s.model_dump(include={"device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction"}))
+        ranking = s.model_dump(include=RANKING_FIELDS)
+        restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
+        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(
+            s.ranked_types, ranking, restore_ids
+        )
         if manifest is None:
             self.shards = [ShardActor.remote(i) for i in range(s.shards)]
-            resume, starts = None, {}
         else:
             self.shards = [
                 ShardActor.remote(i, (str(manifest.shard_path(i)), manifest.shards[i])) for i in range(s.shards)
             ]
-            resume = {"epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay}
-            starts = manifest.vector
+        starts = resume["vector"] if resume else {}
         self.coordinator = EpochCoordinator.remote(
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume,
         )
-        spec = self.spec
-        if s.source == "kafka":
-            spec = dataclasses.replace(spec, partitions=self._kafka_partitions())
         owners = spread(spec.partition_names(), s.ingest_actors)
         self.ingest = [
             IngestActor.remote(
@@ -181,6 +203,26 @@ class Pipeline:
             if parts
         ]
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
+
+    def _teardown(self) -> None:
+        """Kill every actor at once, as a crash would; what survives is on disk."""
+        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute]:
+            if actor is not None:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self.ingest, self.shards, self.coordinator, self.compute = [], [], None, None
+
+    def _relaunch(self, why: str) -> None:
+        """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source."""
+        self.recoveries += 1
+        log.error("pipeline lost (%s); relaunching from the newest checkpoint (recovery %d)", why, self.recoveries)
+        self._status = {**self._status, "status": "degraded", "ingest": "recovering", "error": why}
+        self._teardown()
+        self._launch()
+        if self.feed is not None:
+            self.feed.compute = self.compute
 
     def _kafka_partitions(self) -> int:
         """The topic's partition count; waits (reporting "disconnected") while the broker is unreachable."""
@@ -207,17 +249,35 @@ class Pipeline:
             self.on_epoch(view)
 
     def _watch(self) -> None:
+        """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
+        backoff = RELAUNCH_BACKOFF_S
         while not self._stop.wait(STATUS_POLL_S):
             if not self._launched.is_set():
                 continue
             try:
                 self._status = self.poll_status()
+                lost = self._status["epoch_failed"]
+            except (RayActorError, GetTimeoutError) as exc:
+                lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
                 log.exception("pipeline status poll failed")
+                continue
+            if not lost:
+                backoff = RELAUNCH_BACKOFF_S
+                continue
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, RELAUNCH_BACKOFF_MAX_S)
+            try:
+                self._relaunch(lost)
+            except Exception:  # noqa: BLE001 - the next poll finds it still broken and tries again
+                log.exception("relaunch failed")
 
     def poll_status(self) -> dict:
-        ingest = ray.get([a.status.remote() for a in self.ingest])
-        coord = ray.get(self.coordinator.status.remote())
+        """Every actor answers (or this raises RayActorError), and what they say."""
+        ingest = ray.get([a.status.remote() for a in self.ingest], timeout=STATUS_TIMEOUT_S)
+        coord = ray.get(self.coordinator.status.remote(), timeout=STATUS_TIMEOUT_S)
+        ray.get([s.ping.remote() for s in self.shards] + [self.compute.latest_epoch.remote()], timeout=STATUS_TIMEOUT_S)
         failed = coord["failed"] or next((i["error"] for i in ingest if i["error"]), None)
         disconnected = not all(i["connected"] for i in ingest)
         if failed:
@@ -228,6 +288,8 @@ class Pipeline:
             state = "finished" if all(i["exhausted"] for i in ingest) else "running"
         return {
             "status": "degraded" if failed or disconnected else "ok",
+            "epoch_failed": coord["failed"],
+            "recoveries": self.recoveries,
             "ingest": state,
             "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),
             "lag": {p: n for i in ingest for p, n in i["lag"].items()},

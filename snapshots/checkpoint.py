@@ -4,7 +4,8 @@ Layout under ``<data_dir>/checkpoints/``::
 
     epoch-000000000042/shard-0.ckpt   one shard's applied state (not its buffer)
     epoch-000000000042/shard-1.ckpt
-    epoch-000000000042/MANIFEST       epoch, vector, valid records per partition, each shard file's sha256
+    epoch-000000000042/compute.ckpt   the compute stage's global ids (vertex names, edge types)
+    epoch-000000000042/MANIFEST       epoch, vector, valid records per partition, each file's sha256
 
 Every file is written to a temporary name, fsynced, renamed, and its folder
 fsynced; the manifest goes last, so a checkpoint without one never counts.
@@ -75,6 +76,11 @@ class Manifest:
     valid: dict[str, int]  # transactions (valid records) below vector[p]
     shards: dict[int, str]  # shard -> sha256 of its file
     directory: str
+    compute: str | None = None  # sha256 of compute.ckpt: the downstream ids as of this epoch
+
+    @property
+    def compute_path(self) -> Path:
+        return Path(self.directory) / "compute.ckpt"
 
     def shard_path(self, shard: int) -> Path:
         return Path(self.directory) / f"shard-{shard}.ckpt"
@@ -96,12 +102,17 @@ class CheckpointStore:
         folder.mkdir(parents=True, exist_ok=True)
         return write_atomic(folder / f"shard-{shard}.ckpt", payload)
 
-    def commit(self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str]) -> Manifest:
+    def commit(
+        self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None
+    ) -> Manifest:
         folder = self.folder(epoch)
-        body = {"epoch": epoch, "vector": vector, "valid": valid, "shards": {str(k): v for k, v in shards.items()}}
+        body = {
+            "epoch": epoch, "vector": vector, "valid": valid,
+            "shards": {str(k): v for k, v in shards.items()}, "compute": compute,
+        }
         write_atomic(folder / "MANIFEST", json.dumps(body, sort_keys=True).encode())
         self._prune()
-        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder))
+        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute)
 
     def _prune(self) -> None:
         committed = [f for f in self._folders() if (f / "MANIFEST").exists()]
@@ -127,10 +138,12 @@ class CheckpointStore:
                 body = json.loads(read_verified(folder / "MANIFEST"))
                 m = Manifest(
                     body["epoch"], body["vector"], body["valid"],
-                    {int(k): v for k, v in body["shards"].items()}, str(folder),
+                    {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"),
                 )
                 for shard, digest in m.shards.items():
                     read_verified(m.shard_path(shard), digest)
+                if m.compute is not None:
+                    read_verified(m.compute_path, m.compute)
                 return m
             except (CorruptCheckpoint, ValueError, KeyError) as exc:
                 log.warning("checkpoint %s is unusable (%s); falling back to the previous one", folder.name, exc)

@@ -148,8 +148,6 @@ class EpochCoordinator:
                 summaries = ray.get([summary for summary, _ in pairs])
                 epoch.sealed_at = now()
                 epoch.advance(EpochStatus.SEALED)
-                if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
-                    self._checkpoint(epoch, valid)
             except Exception as exc:
                 epoch.fail(f"{type(exc).__name__}: {exc}")
                 self._failed = epoch.error
@@ -180,11 +178,23 @@ class EpochCoordinator:
                 while len(self._inflight) >= MAX_INFLIGHT:
                     self._wait_one()
                 self._inflight.append(self._consumer.apply_epoch.remote(info, *[d for _, d in pairs]))
+            if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
+                try:
+                    self._checkpoint(epoch, valid)
+                except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
+                    log.exception("checkpoint of epoch %d failed", epoch.number)
             return info
 
     def _checkpoint(self, epoch: Epoch, valid: dict[str, int]) -> None:
-        digests = ray.get([s.checkpoint.remote(epoch.number, str(self._checkpoints.root.parent)) for s in self._shards])
-        self._checkpoints.commit(epoch.number, epoch.vector, valid, dict(enumerate(digests)))
+        """Shards and the consumer's ids as of ``epoch``, then the manifest: the epoch is DURABLE.
+        Called after the epoch was handed to the consumer, so its checkpoint call runs after it."""
+        data_dir = str(self._checkpoints.root.parent)
+        refs = [s.checkpoint.remote(epoch.number, data_dir) for s in self._shards]
+        compute = self._consumer.checkpoint.remote(epoch.number, data_dir) if self._consumer is not None else None
+        digests = ray.get(refs)
+        self._checkpoints.commit(
+            epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None
+        )
         epoch.advance(EpochStatus.DURABLE)
         with self._lock:
             self._durable = dict(epoch.vector)

@@ -43,6 +43,10 @@ class ShardActor:
         and hand the delta's reference straight to the compute actor."""
         return self._store.apply(epoch, vector)
 
+    def ping(self) -> int:
+        """Liveness: the last epoch applied."""
+        return self._store.epoch
+
     def snapshot(self) -> dict:
         return self._store.snapshot()
 
