@@ -134,3 +134,40 @@ def test_malformed_records_go_to_the_dlq_topic_and_the_valid_ones_all_apply(ray_
     expected = {(p, o): v for p, recs in records.items() for o, v in recs if v in bad}
     assert set(found) == set(expected)
     assert all(found[k][0] == v and found[k][1] for k, v in expected.items())
+
+
+def test_a_killed_shard_and_ingest_actor_recover_on_their_own(ray_cluster, kafka_broker, tmp_path):
+    import threading
+
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=100, partitions=4))
+    feeder = threading.Thread(target=produce, args=(produce_args(kafka_broker, topic, limit=15_000, rate=1500, seed=9),))
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, checkpoint_every=2)).start()
+
+    def recovered(n: int, timeout: float = 120) -> dict:
+        """Wait until the pipeline relaunched ``n`` times and runs again."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = p.status()
+            if p.recoveries >= n and st.get("ingest") == "running":
+                return st
+            time.sleep(0.2)
+        raise AssertionError(f"no recovery {n} within {timeout}s: {p.status()}")
+
+    feeder.start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.records > 2000, timeout=120)
+        ray.kill(p.shards[0], no_restart=True)
+        recovered(1)
+        p.wait_for_epoch(lambda v: v.result.records > 6000, timeout=120)
+        ray.kill(p.ingest[1], no_restart=True)
+        recovered(2)
+        feeder.join(timeout=120)
+        records = consume_all(kafka_broker.bootstrap, topic)
+        want_vector = end_vector(records)
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=180)
+        assert view.result.records == 15_100
+        assert ray.get(p.coordinator.status.remote())["vector"] == want_vector
+        assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
+    finally:
+        p.stop()
