@@ -12,9 +12,7 @@ ingesting and sealing epochs through the whole run; the row says how many.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import re
 import shutil
 import signal
@@ -26,23 +24,13 @@ import time
 
 import httpx
 
+from bench.machine import describe as machine
+
 ROUTES = {
     "top-10": "/v1/rank/top?k=10",
     "vertex": "/v1/vertices/user1",
     "latest epoch": "/v1/epochs/latest",
 }
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores (nproc), {model}, Python {platform.python_version()}, {dt.date.today().isoformat()}"
 
 
 def free_port() -> int:

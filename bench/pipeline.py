@@ -11,29 +11,15 @@ Markdown table row for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+from bench.machine import describe as machine
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
 
 
 def main() -> int:

@@ -25,13 +25,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bench.machine import describe  # noqa: E402 - after the path set-up above
 
 from compute.engine import RankConfig, RankEngine  # noqa: E402
 from compute.pagerank import PageRank  # noqa: E402
@@ -197,13 +198,7 @@ def run_size(name: str, scale: int, edges: int, deltas: list[float], epochs: int
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, NumPy {np.__version__}"
+    return f"{describe()}, NumPy {np.__version__}"
 
 
 def markdown(results: list[dict], cfg: RankConfig, args) -> str:

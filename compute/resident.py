@@ -207,7 +207,7 @@ class ResidentGraph:
 
     def push(self, rows, coef, out) -> int:
         """``out[d] += coef[i] * A[rows[i], d]`` for every stored entry of the given rows; returns entries read."""
-        be, xp = self.be, self.be.xp
+        be = self.be
         read = 0
         for m in (self._base_out, self._ov_out):
             if m is None or len(rows) == 0:

@@ -18,7 +18,6 @@ from ingest.events import (
     AddEdge,
     EdgeUpdate,
     GraphEvent,
-    RemoveEdge,
     Tweet,
     Update,
     UpsertVertex,

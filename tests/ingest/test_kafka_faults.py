@@ -144,6 +144,7 @@ def test_a_broker_outage_of_10_s_loses_and_duplicates_nothing(kafka_broker, tmp_
         while time.monotonic() < deadline and (svc.health() or {}).get("ingest") != "disconnected":
             time.sleep(0.5)
         assert (svc.health() or {}).get("ingest") == "disconnected"
+        assert svc.health()["status"] == "degraded"
         assert svc.latest()["epoch"] >= before["epoch"]  # still serving the last sealed epoch
         time.sleep(max(0.0, 10 - (30 - (deadline - time.monotonic()))))
         kafka_broker.start()

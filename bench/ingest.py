@@ -1,0 +1,182 @@
+"""End-to-end ingest through a real Kafka broker: events/s and timeliness at 1 s epochs.
+
+Starts a broker with tools/kafka.sh (or uses ``--bootstrap``), then for each
+message packing (one event per message, and ``--pack`` events per message):
+
+1. capacity: pre-produces ``--events`` synthetic tweets to a fresh 4-partition
+   topic, starts the pipeline (``--ingest-actors`` x ``--shards``, 1 s epochs)
+   and measures events sealed per second, with results, from first to last epoch;
+2. timeliness: produces at ``--rate`` events/s while the pipeline runs, and for
+   every epoch takes the broker append time (topics use LogAppendTime) of the
+   oldest and newest record it added in each partition: published-at minus
+   append time is the timeliness of those records. p50/p99 are over epochs.
+
+    .venv/bin/python -m bench.ingest --events 300000 --rate 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+from pulsegraph.produce import produce
+from pulsegraph.settings import Settings
+from pulsegraph.topology import Pipeline
+
+TOP = Path(__file__).resolve().parent.parent
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    admin.close()
+
+
+def produce_args(bootstrap, topic, events, rate, pack, seed=7):
+    return argparse.Namespace(
+        bootstrap=bootstrap, topic=topic, source="synthetic", path=None, rate=rate, limit=events, partitions=4,
+        events_per_message=pack, seed=seed, users=20_000, hashtags=1_000, quiet=True,
+    )
+
+
+def append_times(bootstrap: str, topic: str, wanted: dict[str, list[int]]) -> dict[tuple[str, int], float]:
+    """Broker append time (s) of each (partition, offset) asked for."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    out = {}
+    for name, offsets in wanted.items():
+        tp = TopicPartition(topic, int(name.rsplit(":", 1)[1]))
+        c.assign([tp])
+        for o in sorted(set(offsets)):
+            c.seek(tp, o)
+            for _ in range(20):
+                recs = c.poll(timeout_ms=500, max_records=1).get(tp, [])
+                if recs:
+                    out[(name, o)] = recs[0].timestamp / 1000.0
+                    break
+    c.close()
+    return out
+
+
+def run_pipeline(args, bootstrap, topic, data_dir) -> tuple[Pipeline, list]:
+    seen: list = []
+    settings = Settings(
+        source="kafka", bootstrap=bootstrap, topic=topic, transform="tweets", ingest_actors=args.ingest_actors,
+        shards=args.shards, epoch_interval="1s", data_dir=data_dir, batch_size=args.batch_size, checkpoint_every=10,
+    )
+    p = Pipeline(settings, on_epoch=lambda v: seen.append((time.time(), v.result))).start()
+    return p, seen
+
+
+def capacity(args, bootstrap: str, pack: int) -> dict:
+    topic = f"bench-cap-{pack}-{int(time.time())}"
+    create_topic(bootstrap, topic, 4)
+    t0 = time.monotonic()
+    stats = produce(produce_args(bootstrap, topic, args.events, 0, pack))
+    print(f"  produced {stats['sent']:,} events in {stats['messages']:,} messages at {stats['sent'] / (time.monotonic() - t0):,.0f}/s", file=sys.stderr)
+    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"))
+    try:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):
+            time.sleep(0.5)
+    finally:
+        p.stop()
+    done = [r for _, r in seen]
+    if len(done) < 3:
+        return {"events_per_s": 0.0, "epochs": len(done)}
+    # From the end of the first epoch to the last: start-up (Ray, the consumers' first fetch) excluded.
+    first, last = done[0], done[-1]
+    rate = (last.records - first.records) / (last.committed_at - first.committed_at)
+    commit = np.array([r.commit_ms for r in done])
+    return {"events_per_s": rate, "epochs": len(done), "commit_p50": float(np.median(commit)), "records": last.records}
+
+
+def timeliness(args, bootstrap: str, pack: int) -> dict:
+    topic = f"bench-tl-{pack}-{int(time.time())}"
+    create_topic(bootstrap, topic, 4)
+    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"))
+    try:
+        p.wait_until_launched(120)
+        time.sleep(3)
+        t0 = time.monotonic()
+        feeder = threading.Thread(target=produce, args=(produce_args(bootstrap, topic, int(args.rate * args.seconds), args.rate, pack, 9),))
+        feeder.start()
+        feeder.join()
+        produced_s = time.monotonic() - t0
+        time.sleep(5)
+    finally:
+        p.stop()
+    epochs = [(t, r) for t, r in seen if r.records > 0]
+    wanted: dict[str, list[int]] = {}
+    prev: dict[str, int] = {}
+    spans = []
+    for t, r in epochs:
+        for name, high in r.vector.items():
+            low = prev.get(name, 0)
+            if high > low:
+                wanted.setdefault(name, []).extend([low, high - 1])
+                spans.append((t, name, low, high - 1))
+        prev = dict(r.vector)
+    ts = append_times(bootstrap, topic, wanted)
+    oldest = np.array([t - ts[(n, lo)] for t, n, lo, _ in spans if (n, lo) in ts]) * 1000
+    newest = np.array([t - ts[(n, hi)] for t, n, _, hi in spans if (n, hi) in ts]) * 1000
+    return {
+        "offered_per_s": int(args.rate * args.seconds) / produced_s,
+        "oldest_p50": float(np.percentile(oldest, 50)), "oldest_p99": float(np.percentile(oldest, 99)),
+        "newest_p50": float(np.percentile(newest, 50)),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="an existing broker (default: start one with tools/kafka.sh)")
+    ap.add_argument("--events", type=int, default=300_000, help="events pre-produced for the capacity run")
+    ap.add_argument("--rate", type=float, default=10_000, help="events/s offered in the timeliness run")
+    ap.add_argument("--seconds", type=float, default=20, help="length of the timeliness run")
+    ap.add_argument("--pack", type=int, default=50, help="events per message in the packed runs")
+    ap.add_argument("--ingest-actors", type=int, default=2)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    broker_dir = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        broker_dir = tempfile.mkdtemp(prefix="pg-bench-kafka-")
+        bootstrap = subprocess.run(
+            ["bash", str(TOP / "tools" / "kafka.sh"), "start", broker_dir], check=True, capture_output=True, text=True
+        ).stdout.strip().splitlines()[-1]
+    rows = []
+    try:
+        for pack in (1, args.pack):
+            print(f"events per message: {pack}", file=sys.stderr)
+            cap = capacity(args, bootstrap, pack)
+            tl = timeliness(args, bootstrap, pack)
+            rows.append((pack, cap, tl))
+    finally:
+        if broker_dir:
+            subprocess.run(["bash", str(TOP / "tools" / "kafka.sh"), "stop", broker_dir], check=False)
+    print(f"machine: {machine()}")
+    print(f"{args.ingest_actors} ingest actors, {args.shards} shards, 1 s epochs; capacity over {args.events:,} pre-produced events; "
+          f"timeliness at {args.rate:,.0f} events/s offered for {args.seconds:.0f} s")
+    print("| events/message | capacity events/s | commit p50 ms | offered events/s | timeliness oldest p50 / p99 ms | newest p50 ms |")
+    print("|---|---|---|---|---|---|")
+    for pack, cap, tl in rows:
+        print(f"| {pack} | {cap['events_per_s']:,.0f} | {cap.get('commit_p50', 0):.0f} | {tl['offered_per_s']:,.0f} "
+              f"| {tl['oldest_p50']:,.0f} / {tl['oldest_p99']:,.0f} | {tl['newest_p50']:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
