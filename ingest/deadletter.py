@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import orjson
 
+from ingest.eventlog import append_durably
+
 # Keep a refused record whole enough to debug, but never let a huge garbage
 # record blow up the sink.
 MAX_RECORD_CHARS = 8192
@@ -53,12 +55,7 @@ class FileDeadLetterSink:
             + b"\n"
             for d in letters
         )
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, lines)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_durably(self.path, lines)
 
 
 class KafkaDeadLetterSink:

@@ -24,11 +24,15 @@ class EventLog:
             return
         if any(b"\n" in r for r in records):
             raise ValueError("a record of the event log must not contain a newline")
-        data = b"".join(r + b"\n" for r in records)
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_durably(self.path, b"".join(r + b"\n" for r in records))
+
+
+def append_durably(path: str, data: bytes) -> None:
+    """One ``O_APPEND`` write (whole lines never interleave with another appender's), then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
