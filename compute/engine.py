@@ -36,8 +36,9 @@ class RankConfig:
     max_iter: int = DEFAULT_MAX_ITER
     damping: float = DAMPING
     tunkrank_p: float = DEFAULT_P
-    # Epochs that change at most this share of the stored pairs are ranked by residual push;
-    # bigger ones by warm-started power iteration (bench/rank.py measures the crossover).
+    # Epochs that change at most this share of the stored pairs start with a residual push (which
+    # hands over to a Krylov solve once its frontier is dense); bigger ones go straight to the
+    # solver's full-graph method: warm-started BiCGSTAB, or power iteration at small damping.
     push_max_delta: float = 0.01
     # The overlay of changes is folded into the base CSR past this share of it.
     compact_fraction: float = 0.05
@@ -86,7 +87,7 @@ class RankEngine:
     def choose(self, changed_pairs: int) -> str:
         stored = self.graph.nnz + self.graph.overlay_nnz
         if changed_pairs > self.config.push_max_delta * max(stored, 1):
-            return "power"
+            return "sweep"
         return "push"
 
     def update(self, n: int, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray, method: str | None = None) -> dict[str, AlgoRun]:

@@ -63,10 +63,10 @@ class PageRank:
     ) -> None:
         self.solver = ResidualSolver(graph, alpha, pagerank_target(alpha, tol), max_iter, self.name, tol, dense_switch)
 
-    def initialize(self) -> SolveStats:
-        """From scratch on the graph as it is."""
+    def initialize(self, method: str | None = None) -> SolveStats:
+        """From scratch on the graph as it is (``krylov`` or ``power``; the solver's choice by default)."""
         self.solver.grow()
-        return self.solver.scratch()
+        return self.solver.scratch(method)
 
     def retract(self, rows) -> None:
         self.solver.grow()
@@ -93,7 +93,7 @@ def pagerank(
     backend: Backend | None = None,
 ) -> RankResult:
     """PageRank of ``adjacency`` (n x n, rows are sources, non-negative weights) from scratch,
-    or warm-started from ranks ``x0``; power iteration (Jacobi sweeps) on the device."""
+    or warm-started from ranks ``x0``; BiCGSTAB on the device (see :mod:`compute.incremental`)."""
     be = backend or numpy_backend()
     n = adjacency.shape[0]
     if n == 0:
@@ -111,7 +111,7 @@ def pagerank(
         uniform = float((x - alpha * g.pull(g.inv_out * x)).sum()) / n
         s.y = x / uniform if uniform > 0 else x * n
         read = s.recompute_residual() + g.nnz
-        stats = s._sweep_until_done("power", read)
+        stats = s.converge(read)
     return RankResult(be.to_host(algo.scores()), stats.iterations, stats.residual)
 
 

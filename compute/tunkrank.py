@@ -59,9 +59,9 @@ class TunkRank:
         self.p = p
         self.solver = ResidualSolver(graph, p, tunkrank_target(p, tol), max_iter, self.name, tol, dense_switch)
 
-    def initialize(self) -> SolveStats:
+    def initialize(self, method: str | None = None) -> SolveStats:
         self.solver.grow()
-        return self.solver.scratch()
+        return self.solver.scratch(method)
 
     def retract(self, rows) -> None:
         self.solver.grow()

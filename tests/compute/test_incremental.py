@@ -93,7 +93,7 @@ def run_stream(backend, method: str | None, seed: int, epochs: int, first: int, 
     return stream, engine, stats
 
 
-@pytest.mark.parametrize("method", ["push", "power", None])
+@pytest.mark.parametrize("method", ["push", "power", "krylov", None])
 @pytest.mark.parametrize("seed,epochs,first,most", [(1, 150, 80, 25), (2, 100, 300, 10), (3, 60, 6000, 4)])
 def test_incremental_equals_from_scratch(backend, method, seed, epochs, first, most):
     tol = 1e-7
@@ -125,11 +125,11 @@ def test_with_room_under_the_tolerance_small_epochs_are_pushed_without_a_sweep(b
     assert np.abs(engine.host_scores()["pagerank"] - pagerank(a, tol=1e-13).scores).sum() <= tol
 
 
-def test_the_engine_chooses_push_for_small_deltas_and_power_for_large(backend):
+def test_the_engine_chooses_push_for_small_deltas_and_krylov_for_large(backend):
     stream = RandomStream(5, n0=500)
     engine = RankEngine(RankConfig(push_max_delta=0.01), backend)
     chosen = [engine.update(*stream.epoch(c))["pagerank"].stats.method for c in (3000, 5, 200, 2)]
-    assert chosen == ["power", "push", "power", "push"]
+    assert chosen == ["krylov", "push", "krylov", "push"]
 
 
 def test_float32_ranks_to_its_tolerance(backend):
