@@ -36,6 +36,7 @@ from api.metrics import Metrics, TimingMiddleware
 from api.models import (
     Accepted,
     Algorithms,
+    ComponentList,
     EpochInfo,
     EpochList,
     Error,
@@ -43,10 +44,15 @@ from api.models import (
     History,
     Movers,
     Neighbors,
+    PathAnswer,
     SearchResult,
+    TopicList,
     TopRanking,
+    Trends,
+    Usage,
     Vertex,
 )
+from api.paths import DEFAULT_PATH_BFS_BUDGET, find_path
 from api.store import TOP_CACHE, EpochView, ResultStore
 from api.stream import Broadcaster, sse_frame
 from ingest.events import WEIGHT_SCALE
@@ -61,6 +67,10 @@ MAX_NEIGHBORS = 1000
 MAX_SEARCH = 100
 MAX_MOVERS = 100
 MAX_HISTORY = 100_000
+# Issue 6's reads: components and topics are lists computed per epoch, so bounded by what the epoch carries.
+MAX_COMPONENTS = 1000
+MAX_TOPICS = 1000
+MAX_TRENDS = 100
 # The write path's bounds (issue 5): one request is at most this many events and bytes.
 MAX_EVENTS = 10_000
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -192,6 +202,7 @@ def create_app(
     allow_anonymous_writes: bool = False,
     protect_reads: bool = False,
     cors_origins: tuple[str, ...] | list[str] = (),
+    path_bfs_budget: int = DEFAULT_PATH_BFS_BUDGET,
 ) -> FastAPI:
     """The app over ``store``.
 
@@ -349,8 +360,151 @@ def create_app(
                 "out_degree": int(r.out_degree[i]),
                 "in_degree": int(r.in_degree[i]),
                 "scores": {algo: float(s[i]) for algo, s in r.scores.items()},
+                "component": component_of(view, i),
             }
         )
+
+    def apps_of(view: EpochView, name: str) -> dict:
+        got = (getattr(view.result, "apps", None) or {}).get(name)
+        if got is None:
+            raise NotFound(f"epoch {view.result.epoch} has no {name}", code="app_not_in_epoch")
+        return got
+
+    def component_of(view: EpochView, i: int) -> dict | None:
+        if "components" not in (getattr(view.result, "apps", None) or {}):
+            return None
+        e, n = view.result.epoch, view.result.vertices
+        label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
+        if label < 0:
+            return None
+        size = int(np.count_nonzero(store.components.row(e, 0, n) == label))
+        return {"id": store.names[label], "size": size}
+
+    @app.get(
+        "/v1/components", response_model=ComponentList, dependencies=reads, responses=_errors(404, *read_errors),
+        summary="the largest weakly connected components",
+    )
+    async def components(k: Annotated[int, Query(ge=1, le=MAX_COMPONENTS)] = 10, epoch: EpochQ = None) -> JSON:
+        view = store.get(epoch)
+        c = apps_of(view, "components")
+        names = store.names
+        items = [
+            {"rank": r + 1, "id": names[v], "size": int(sz)}
+            for r, (v, sz) in enumerate(zip(c["top"][:k].tolist(), c["top_sizes"][:k].tolist()))
+        ]
+        return JSON({"epoch": view.result.epoch, "count": int(c["count"]), "items": items})
+
+    @app.get(
+        "/v1/topics", response_model=TopicList, dependencies=reads, responses=_errors(404, *read_errors),
+        summary="hashtags with their K-exposure curves, most controversial (persistent) first",
+    )
+    def topics(
+        sort: Literal["controversy", "usage", "users"] = "controversy",
+        k: Annotated[int, Query(ge=1, le=MAX_TOPICS)] = 20,
+        epoch: EpochQ = None,
+    ) -> JSON:
+        view = store.get(epoch)
+        t = apps_of(view, "topics")
+        tags = t["tags"]
+        if sort == "controversy":
+            order = np.arange(len(tags))  # published in this order
+        else:
+            key = t["usage"] if sort == "usage" else t["users"]
+            order = np.lexsort((tags, -key))
+        names = store.names
+        items = []
+        for i in order[:k].tolist():
+            curve = t["curve"][i]
+            items.append({
+                "hashtag": names[int(tags[i])], "usage": int(t["usage"][i]), "users": int(t["users"][i]),
+                "persistence": float(t["persistence"][i]),
+                "curve": [None if np.isnan(x) else float(x) for x in curve.tolist()],
+                "exposed": [int(x) for x in t["reached"][i].tolist()],
+            })
+        return JSON({"epoch": view.result.epoch, "sort": sort, "items": items})
+
+    def usage_of(view: EpochView) -> dict[int, int]:
+        t = (getattr(view.result, "apps", None) or {}).get("trends")
+        if t is None:
+            raise NotFound(f"epoch {view.result.epoch} has no trends", code="app_not_in_epoch")
+        return dict(zip(t["tags"].tolist(), t["usage"].tolist()))
+
+    @app.get(
+        "/v1/trends", response_model=Trends, dependencies=reads, responses=_errors(400, 404, *read_errors),
+        summary="hashtags whose usage rank rose and fell most between two retained epochs",
+    )
+    def trends(
+        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the epoch before `to`")] = None,
+        to: Annotated[int | None, Query(ge=1, le=2**53, description="default: the newest")] = None,
+        k: Annotated[int, Query(ge=1, le=MAX_TRENDS)] = 10,
+    ) -> JSON:
+        b = store.get(to)
+        to_e = b.result.epoch
+        from_e = from_ if from_ is not None else to_e - 1
+        if from_e >= to_e:
+            raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
+        a = store.get(from_e)
+        ua, ub = usage_of(a), usage_of(b)
+        tags = np.array(sorted(set(ua) | set(ub)), dtype=np.int64)
+        u1 = np.array([ua.get(t, 0) for t in tags.tolist()], dtype=np.int64)
+        u2 = np.array([ub.get(t, 0) for t in tags.tolist()], dtype=np.int64)
+        r1, r2 = np.empty(len(tags), np.int64), np.empty(len(tags), np.int64)
+        r1[np.lexsort((tags, -u1))] = np.arange(1, len(tags) + 1)
+        r2[np.lexsort((tags, -u2))] = np.arange(1, len(tags) + 1)
+        change = r1 - r2
+        names = store.names
+
+        def pick(sign: int) -> list[dict]:
+            c = change * sign
+            cand = np.flatnonzero(c > 0)
+            cand = cand[np.lexsort((r2[cand], -c[cand]))][:k]
+            return [
+                {"vertex": names[int(tags[i])], "from_rank": int(r1[i]), "to_rank": int(r2[i]), "change": int(change[i]),
+                 "score": float(u2[i]), "usage_from": int(u1[i]), "usage_to": int(u2[i])}
+                for i in cand.tolist()
+            ]
+
+        return JSON({"from": from_e, "to": to_e, "rising": pick(1), "falling": pick(-1)})
+
+    @app.get(
+        "/v1/trends/usage", response_model=Usage, dependencies=reads, responses=_errors(404, *read_errors),
+        summary="a hashtag's usage per retained epoch, oldest first",
+    )
+    def trend_usage(
+        tag: Annotated[str, Query(min_length=1, max_length=MAX_ID_BYTES, description="the hashtag vertex, e.g. #python")],
+        limit: Annotated[int, Query(ge=1, le=MAX_HISTORY)] = 120,
+    ) -> JSON:
+        i = store.vertex_id(tag)
+        points = []
+        for v in store.recent(limit):
+            t = (getattr(v.result, "apps", None) or {}).get("trends")
+            if t is None or i >= v.result.vertices:
+                continue
+            pos = np.searchsorted(t["tags"], i)
+            used = int(t["usage"][pos]) if pos < len(t["tags"]) and t["tags"][pos] == i else 0
+            points.append({"epoch": v.result.epoch, "usage": used})
+        points.reverse()
+        for prev, p in zip([None, *points], points):
+            p["new"] = p["usage"] - prev["usage"] if prev is not None and prev["epoch"] == p["epoch"] - 1 else None
+        return JSON({"hashtag": tag, "items": points})
+
+    @app.get(
+        "/v1/paths", response_model=PathAnswer, dependencies=reads, responses=_errors(404, 503, *read_errors),
+        summary="approximate shortest path by landmarks, confirmed by a budgeted bidirectional BFS",
+    )
+    def paths(
+        src: Annotated[str, Query(min_length=1, max_length=MAX_ID_BYTES)],
+        dst: Annotated[str, Query(min_length=1, max_length=MAX_ID_BYTES)],
+        epoch: EpochQ = None,
+    ) -> JSON:
+        view = store.get(epoch)
+        a, b = vertex_in(view, src), vertex_in(view, dst)
+        apps_of(view, "landmarks")
+        try:
+            return JSON(find_path(store, view, a, b, path_bfs_budget))
+        except ValueError as exc:  # the epoch's distances and graph disagree: a bug, said plainly, not a 500
+            log.error("path %s -> %s at epoch %d: %s", src, dst, view.result.epoch, exc)
+            raise Unavailable(f"the landmark distances of epoch {view.result.epoch} are inconsistent: {exc}", code="paths_unavailable") from None
 
     @app.get(
         "/v1/vertices/{vertex_id}/history",

@@ -38,12 +38,84 @@ class TopRanking(BaseModel):
     items: list[RankItem]
 
 
+class VertexComponent(BaseModel):
+    id: str = Field(description="the component's representative: its vertex with the smallest internal id")
+    size: int
+
+
 class Vertex(BaseModel):
     vertex: str
     epoch: int
     out_degree: int
     in_degree: int
     scores: dict[str, float]
+    component: VertexComponent | None = Field(None, description="its weakly connected component")
+
+
+class ComponentItem(BaseModel):
+    rank: int
+    id: str
+    size: int
+
+
+class ComponentList(BaseModel):
+    epoch: int
+    count: int = Field(description="weakly connected components in the epoch, isolated vertices included")
+    items: list[ComponentItem] = Field(description="largest first")
+
+
+class Topic(BaseModel):
+    hashtag: str
+    usage: int = Field(description="tweets tagging it")
+    users: int = Field(description="distinct users who tagged it")
+    persistence: float = Field(description="area under p(1..8) over 8 times its peak (Romero et al.'s F)")
+    curve: list[float | None] = Field(description="p(k) for k = 1..8: share of users exposed k times who then tagged it")
+    exposed: list[int] = Field(description="users who reached k exposures, k = 1..8 (the curve's denominators)")
+
+
+class TopicList(BaseModel):
+    epoch: int
+    sort: str
+    items: list[Topic]
+
+
+class TrendMover(BaseModel):
+    vertex: str
+    from_rank: int
+    to_rank: int
+    change: int = Field(description="places gained by usage (negative: lost)")
+    score: float = Field(description="usage in the `to` epoch")
+    usage_from: int
+    usage_to: int
+
+
+class Trends(BaseModel):
+    from_epoch: int = Field(alias="from")
+    to_epoch: int = Field(alias="to")
+    rising: list[TrendMover]
+    falling: list[TrendMover]
+
+
+class UsagePoint(BaseModel):
+    epoch: int
+    usage: int = Field(description="tweets tagging it, up to this epoch")
+    new: int | None = Field(description="tweets tagging it in this epoch (null for the oldest retained)")
+
+
+class Usage(BaseModel):
+    hashtag: str
+    items: list[UsagePoint] = Field(description="oldest first")
+
+
+class PathAnswer(BaseModel):
+    epoch: int
+    src: str
+    dst: str
+    estimate: int | None = Field(description="min over landmarks l of d(src, l) + d(l, dst); null when none connects them")
+    via: str | None = Field(description="the landmark of the estimate")
+    path: list[str] = Field(description="src ... via ... dst, estimate + 1 vertices")
+    exact: bool = Field(description="a budgeted bidirectional BFS confirmed the estimate is the true distance")
+    distance: int | None = Field(description="the true distance when the budgeted BFS settled it")
 
 
 class Health(BaseModel):

@@ -25,6 +25,7 @@ import orjson
 
 from api.exceptions import NotFound
 from api.graph import GraphHistory
+from api.history import ArrayHistory
 from compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,10 @@ class ResultStore:
         self.index: dict[str, int] = {}
         self.types: list[str] = []
         self.graph = GraphHistory(retain)
+        # The applications' per-vertex arrays (compute.apps), kept as undo records like the graph.
+        self.components = ArrayHistory(retain, fill=-1)
+        self.landmarks_to = ArrayHistory(retain, fill=65535)
+        self.landmarks_from = ArrayHistory(retain, fill=65535)
         self._sorted_names: list[str] = []
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
         self._algorithms: tuple[str, ...] = ()
@@ -101,6 +106,7 @@ class ResultStore:
         sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
         for v in views:
             self.graph.apply(v.result.epoch, v.result.edge_changes, bool(getattr(v.result, "full_changes", False)))
+            self._keep_apps(v)
         with self._lock:
             for name in new_names:
                 self.index[name] = len(self.names)
@@ -131,6 +137,18 @@ class ResultStore:
                 except Exception:  # noqa: BLE001 - a consumer's fault must not stop the feed
                     log.exception("epoch listener failed")
         return views
+
+    def _keep_apps(self, v: EpochView) -> None:
+        """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts."""
+        apps = getattr(v.result, "apps", None) or {}
+        e = v.result.epoch
+        comp = apps.get("components")
+        if comp is not None and comp.get("labels") is not None:
+            self.components.push(e, comp.pop("labels"))
+        lm = apps.get("landmarks")
+        if lm is not None and lm.get("to") is not None:
+            self.landmarks_to.push(e, lm.pop("to"))
+            self.landmarks_from.push(e, lm.pop("from"))
 
     @property
     def algorithms(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import ray
 
+from compute.apps.runner import AppConfig, Applications
 from compute.engine import RankConfig, RankEngine
 from compute.graph import EdgeChanges, GlobalGraph
 from compute.results import EpochResult
@@ -37,11 +38,15 @@ class ComputeActor:
         """``config``: a :class:`~compute.engine.RankConfig`, or the settings (or a dict of their
         ranking fields) it is read from. ``restore``: (path, sha256) of the ids file of a checkpoint."""
         logging.basicConfig(level=logging.INFO)
+        saved: dict = {}
         if restore is None:
             self._graph = GlobalGraph()
         else:
-            self._graph = GlobalGraph.restore_ids(pickle.loads(read_verified(Path(restore[0]), restore[1])))
+            saved = pickle.loads(read_verified(Path(restore[0]), restore[1]))
+            self._graph = GlobalGraph.restore_ids(saved)
         self._rank_types = tuple(rank_types) if rank_types else None
+        self._apps = Applications(AppConfig() if config is None or isinstance(config, RankConfig) else AppConfig.from_settings(config))
+        self._apps.restore(saved.get("apps"))
         if config is None:
             config = RankConfig()
         elif not isinstance(config, RankConfig):
@@ -51,6 +56,7 @@ class ComputeActor:
 
     def apply_epoch(self, info: dict, *deltas) -> dict:
         g = self._graph
+        n_before = g.n
         merged = [g.apply_with_previous(d) for d in sorted(deltas, key=lambda d: d.shard)]
         changes = EdgeChanges.concat([c for c, _ in merged])
         before = EdgeChanges.concat([b for _, b in merged])
@@ -60,6 +66,8 @@ class ComputeActor:
         scores = self._engine.host_scores()
         publish_ms = (time.perf_counter() - t0) * 1000.0
         out_deg, in_deg = g.degrees()
+        full = bool(deltas) and all(d.full for d in deltas)
+        apps = self._apps.run(g, info["epoch"], changes, before, full, scores, g.n - n_before)
         result = EpochResult(
             epoch=info["epoch"],
             vector=info["vector"],
@@ -75,10 +83,12 @@ class ComputeActor:
             compute_ms={name: run.ms for name, run in runs.items()},
             iterations={name: run.stats.iterations for name, run in runs.items()},
             edge_changes=changes,
-            full_changes=bool(deltas) and all(d.full for d in deltas),
+            full_changes=full,
             types=list(g.types),
             methods={name: run.stats.method for name, run in runs.items()},
             graph_ms=self._engine.graph_ms + publish_ms,
+            apps=apps,
+            apps_ms=dict(self._apps.ms),
         )
         self._results.append(result)
         return {
@@ -91,7 +101,8 @@ class ComputeActor:
         after that epoch's ``apply_epoch``); returns the file's sha256."""
         folder = CheckpointStore(data_dir).folder(epoch)
         folder.mkdir(parents=True, exist_ok=True)
-        return write_atomic(folder / "compute.ckpt", pickle.dumps(self._graph.ids_state(), protocol=5))
+        state = {**self._graph.ids_state(), "apps": self._apps.state_dict()}
+        return write_atomic(folder / "compute.ckpt", pickle.dumps(state, protocol=5))
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
         """Results newer than ``epoch``, and the vertex names from id ``known_names`` on."""

@@ -41,6 +41,10 @@ class EpochResult:
     # the changes into the resident graph and copying the scores to the host.
     methods: dict[str, str] = field(default_factory=dict)
     graph_ms: float = 0.0
+    # The applications' host data by name ("components", "trends", "topics", "landmarks"; see compute.apps),
+    # and the milliseconds each took.
+    apps: dict = field(default_factory=dict)
+    apps_ms: dict[str, float] = field(default_factory=dict)
 
     def info(self) -> dict:
         """The epoch object of the API contract."""

@@ -1,0 +1,86 @@
+"""Per-vertex arrays of the applications (component labels, landmark distances) as of any retained epoch.
+
+Each epoch brings a whole ``rows x n`` array; keeping one per retained epoch
+would cost ``rows * n`` per epoch. Like :class:`~api.graph.GraphHistory`, this
+keeps the newest array whole and, per retained epoch, an undo record: the
+entries that epoch changed and their values before it (or the whole previous
+array when its row count changed, e.g. landmarks re-chosen while the graph is
+young). A read applies the undo records of the epochs after the one asked for,
+newest first, to the few entries it needs.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+_COL_BITS = np.int64(32)
+
+
+class ArrayHistory:
+    def __init__(self, retain: int, fill: int) -> None:
+        self.retain = retain
+        self.fill = fill  # the value of entries of vertices that did not exist yet
+        self.epoch = 0
+        self._current: np.ndarray | None = None
+        # epoch -> (keys sorted (row << 32 | col), values before the epoch) or the whole previous array
+        self._undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def push(self, epoch: int, array: np.ndarray) -> None:
+        array = np.atleast_2d(array)
+        with self._lock:
+            prev = self._current
+            if prev is not None and epoch <= self.epoch:
+                return  # an epoch already kept (the feed may hand one over twice)
+            if prev is not None:
+                if prev.shape[0] != array.shape[0] or prev.shape[1] > array.shape[1]:
+                    undo: tuple | np.ndarray = prev
+                else:
+                    wide = prev
+                    if prev.shape[1] < array.shape[1]:
+                        wide = np.full(array.shape, self.fill, dtype=prev.dtype)
+                        wide[:, : prev.shape[1]] = prev
+                    r, c = np.nonzero(wide != array)
+                    undo = ((r.astype(np.int64) << _COL_BITS) | c, wide[r, c])
+                self._undo[epoch] = undo
+                while len(self._undo) > self.retain:
+                    self._undo.popitem(last=False)
+            self._current = array
+            self.epoch = epoch
+
+    def at(self, epoch: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The entries (rows[i], cols[i]) as of ``epoch`` (``fill`` beyond the array)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        with self._lock:
+            arr = self._current
+            if arr is None:
+                return np.full(len(cols), self.fill)
+            undos = [(e, u) for e, u in reversed(self._undo.items()) if e > epoch]
+        out, shape = self._read(arr, rows, cols)
+        for _, u in undos:
+            if isinstance(u, np.ndarray):
+                out, shape = self._read(u, rows, cols)
+                continue
+            keys, old = u
+            if not len(keys):
+                continue
+            want = (rows << _COL_BITS) | cols
+            i = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+            hit = keys[i] == want
+            out[hit] = old[i[hit]]
+        return out
+
+    def _read(self, arr: np.ndarray, rows: np.ndarray, cols: np.ndarray):
+        ok = (rows < arr.shape[0]) & (cols < arr.shape[1])
+        out = np.full(len(cols), self.fill, dtype=arr.dtype)
+        out[ok] = arr[rows[ok], cols[ok]]
+        return out, arr.shape
+
+    def row(self, epoch: int, row: int, n: int) -> np.ndarray:
+        """The first ``n`` entries of one row as of ``epoch``."""
+        cols = np.arange(n, dtype=np.int64)
+        return self.at(epoch, np.full(n, row, dtype=np.int64), cols)

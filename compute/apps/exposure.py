@@ -1,0 +1,201 @@
+"""Controversial topics by K-exposure (Romero, Meeder, Kleinberg, WWW 2011, as Kineograph ran it).
+
+For a hashtag h and a user u, u's *exposures* to h are the distinct users u
+mentions (live ``mentions`` edges u -> v) who tagged h (live ``tags`` edge
+v -> h). A user who tagged h adopted it with k = the exposures that adopted
+*before* u did; a user who never tagged h reached every k up to all its
+exposures. The exposure curve is
+
+    p_h(k) = (users who adopted h with exactly k exposures)
+             / (users who ever had at least k exposures to h before adopting, or ever if they never did)
+
+for k = 1..8 (``None`` where nobody reached k). Its **persistence** is
+Romero et al.'s F: the area under the curve over the area of the rectangle as
+high as its peak, ``F = sum_k p(k) / (8 * max_k p(k))`` with undefined points
+counted as 0, and 0 for an empty curve. F is near 1 when repeated exposure
+keeps paying off (the sticky, controversial topics: politics in the paper), and
+small when adoption peaks at one or two exposures and falls off (idioms, memes).
+
+**Before** needs time order. The snapshot stage keeps no time on edges, so the
+compute stage stamps each (user, hashtag) pair when its ``tags`` edge first goes
+live: ``(epoch, user's last_seen tweet time in that epoch, user name)``. The
+epoch comes first because a tweet is visible in an epoch entirely or not at
+all; within one epoch the tweet time orders adopters, and the name breaks ties
+deterministically. The stamp is kept in the compute checkpoint (see
+:meth:`Exposure.state_dict`), so a restart does not re-stamp old adoptions.
+The first epoch after a restore without stamps counts as one epoch.
+
+Per epoch only the hashtags whose adopters or whose adopters' mentioners changed
+are recounted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compute.apps.base import AppDelta, AppGraph, Application, csr_pairs, expand
+
+TAGS = "tags"
+MENTIONS = "mentions"
+# The curve's points: p(1..8), as Kineograph and the dashboard show it.
+MAX_K = 8
+_SHIFT = np.int64(32)
+_LOW = np.int64(0xFFFFFFFF)
+
+
+@dataclass
+class Topic:
+    usage: int
+    users: int
+    reached: np.ndarray  # int64[MAX_K]: users who reached k = 1..MAX_K exposures
+    adopted: np.ndarray  # int64[MAX_K]: users who adopted with exactly k exposures
+
+    def curve(self) -> list[float | None]:
+        return [float(a / r) if r else None for a, r in zip(self.adopted.tolist(), self.reached.tolist())]
+
+    def persistence(self) -> float:
+        p = np.where(self.reached > 0, self.adopted / np.maximum(self.reached, 1), 0.0)
+        peak = float(p.max()) if len(p) else 0.0
+        return float(p.sum() / (MAX_K * peak)) if peak > 0 else 0.0
+
+
+@dataclass
+class ExposureState:
+    # Adoption stamps, sorted by key = user << 32 | hashtag.
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    epochs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    topics: dict[int, Topic] = field(default_factory=dict)
+
+
+def _pack(u: np.ndarray, h: np.ndarray) -> np.ndarray:
+    return (u.astype(np.int64) << _SHIFT) | h.astype(np.int64)
+
+
+class Exposure(Application):
+    name = "topics"
+
+    def __init__(self) -> None:
+        self._restored: ExposureState | None = None
+
+    # -- stamps ------------------------------------------------------------------------------
+    def _stamp(self, graph: AppGraph, state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:
+        """Stamp the (user, tag) pairs not stamped yet with this epoch and the user's last tweet time."""
+        if not len(users):
+            return state
+        keys = np.unique(_pack(users, tags))
+        if len(state.keys):
+            pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
+            keys = keys[state.keys[pos] != keys]
+        if not len(keys):
+            return state
+        attrs = graph.g.attrs
+        ts = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()])
+        all_keys = np.concatenate([state.keys, keys])
+        order = np.argsort(all_keys, kind="stable")
+        return ExposureState(
+            all_keys[order],
+            np.concatenate([state.epochs, np.full(len(keys), graph.epoch, dtype=np.int64)])[order],
+            np.concatenate([state.times, ts])[order],
+            state.topics,
+        )
+
+    # -- counting ----------------------------------------------------------------------------
+    def _count(self, graph: AppGraph, state: ExposureState, hashtags: np.ndarray | None) -> dict[int, Topic]:
+        """Topics of ``hashtags`` (None: every tagged hashtag), recounted from the live graph."""
+        t_src, t_dst, t_mult = graph.typed(TAGS)
+        sel = np.ones(len(t_dst), dtype=bool) if hashtags is None else np.isin(t_dst, hashtags)
+        av, ah, am = t_src[sel], t_dst[sel], t_mult[sel]
+        out: dict[int, Topic] = {}
+        if not len(av):
+            return out
+        akey = _pack(av, ah)
+        pos = np.searchsorted(state.keys, akey)
+        ep, ts = state.epochs[pos], state.times[pos]
+        names = graph.g.names
+        _, name_rank = np.unique(np.array([names[v] for v in av.tolist()]), return_inverse=True)
+        order = np.lexsort((name_rank, ts, ep, ah))
+        rank = np.empty(len(av), dtype=np.int64)
+        rank[order] = np.arange(len(av))
+        # Exposure pairs: u mentions adopter v of h.
+        m_src, m_dst, _ = graph.typed(MENTIONS)
+        in_ptr, in_idx = csr_pairs(graph.n, m_dst, m_src)
+        u, owner = expand(in_ptr, in_idx, av)
+        ekey = _pack(u, ah[owner])
+        asort = np.argsort(akey)
+        sorted_akey = akey[asort]
+        p = np.minimum(np.searchsorted(sorted_akey, ekey), len(akey) - 1)
+        is_adopter = sorted_akey[p] == ekey
+        rank_u = np.where(is_adopter, rank[asort[p]], 0)
+        earlier = is_adopter & (rank[owner] < rank_u)
+        uniq, inv = np.unique(ekey, return_inverse=True)
+        total = np.bincount(inv, minlength=len(uniq))
+        before = np.bincount(inv, weights=earlier, minlength=len(uniq)).astype(np.int64)
+        adopter = np.zeros(len(uniq), dtype=bool)
+        adopter[inv[is_adopter]] = True
+        tags = np.unique(ah)
+        hi = np.searchsorted(tags, uniq & _LOW)
+        level = np.minimum(np.where(adopter, before, total), MAX_K)
+        reached = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
+        np.add.at(reached, (hi, level), 1)
+        reached = np.cumsum(reached[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
+        adopted = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
+        hit = adopter & (before >= 1) & (before <= MAX_K)
+        np.add.at(adopted, (hi[hit], before[hit]), 1)
+        usage = np.bincount(np.searchsorted(tags, ah), weights=am, minlength=len(tags)).astype(np.int64)
+        users = np.bincount(np.searchsorted(tags, ah), minlength=len(tags))
+        for i, h in enumerate(tags.tolist()):
+            out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
+        return out
+
+    # -- the application contract ------------------------------------------------------------
+    def initialize(self, graph: AppGraph) -> ExposureState:
+        state = self._restored or ExposureState()
+        self._restored = None
+        t_src, t_dst, _ = graph.typed(TAGS)
+        state = self._stamp(graph, state, t_src, t_dst)
+        state.topics = self._count(graph, state, None)
+        return state
+
+    def update(self, graph: AppGraph, delta: AppDelta, previous: ExposureState) -> ExposureState:
+        s, h = delta.inserted(TAGS)
+        state = self._stamp(graph, previous, s, h)
+        _, tag_dst, _, _ = delta.touched(TAGS)
+        m_src, m_dst, _, _ = delta.touched(MENTIONS)
+        affected = [tag_dst]
+        if len(m_dst):
+            t_src, t_dst, _ = graph.typed(TAGS)
+            affected.append(t_dst[np.isin(t_src, m_dst)])
+        hashtags = np.unique(np.concatenate(affected))
+        if len(hashtags):
+            topics = dict(state.topics)
+            for x in hashtags.tolist():
+                topics.pop(x, None)
+            topics.update(self._count(graph, state, hashtags))
+            state = ExposureState(state.keys, state.epochs, state.times, topics)
+        return state
+
+    def publish(self, state: ExposureState) -> dict:
+        ids = np.array(sorted(state.topics), dtype=np.int64)
+        topics = [state.topics[i] for i in ids.tolist()]
+        persistence = np.array([t.persistence() for t in topics], dtype=np.float64)
+        users = np.array([t.users for t in topics], dtype=np.int64)
+        usage = np.array([t.usage for t in topics], dtype=np.int64)
+        curves = np.array([[np.nan if c is None else c for c in t.curve()] for t in topics], dtype=np.float64).reshape(-1, MAX_K)
+        reached = np.array([t.reached for t in topics], dtype=np.int64).reshape(-1, MAX_K)
+        order = np.lexsort((ids, -users, -persistence)) if len(ids) else ids
+        return {
+            "tags": ids[order].astype(np.int32), "usage": usage[order], "users": users[order],
+            "persistence": persistence[order], "curve": curves[order], "reached": reached[order],
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @staticmethod
+    def state_dict(state: ExposureState) -> dict:
+        return {"keys": state.keys, "epochs": state.epochs, "times": state.times}
+
+    def restore(self, saved: dict) -> None:
+        """Adoption stamps from a checkpoint; the next :meth:`initialize` keeps them."""
+        self._restored = ExposureState(np.asarray(saved["keys"]), np.asarray(saved["epochs"]), np.asarray(saved["times"]))

@@ -1,0 +1,75 @@
+"""Runs the applications on every sealed epoch, in order, and keeps their state between epochs.
+
+The compute actor calls :meth:`Applications.run` once per epoch after ranking
+(landmarks read the epoch's TunkRank). A delta that holds the whole graph (the
+first epoch after a restore) or the first epoch re-initializes every
+application; otherwise each one updates from its previous state. What comes
+back is host data only, for :attr:`compute.results.EpochResult.apps`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compute.apps.base import AppDelta, AppGraph, Application
+from compute.apps.components import Components
+from compute.apps.exposure import Exposure
+from compute.apps.landmarks import Landmarks
+from compute.apps.trends import Trends
+from compute.graph import EdgeChanges, GlobalGraph
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    landmarks: int = 16
+    landmark_drift: float = 0.25
+
+    @classmethod
+    def from_settings(cls, settings) -> "AppConfig":
+        """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
+        get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
+        kw = {k: get(k) for k in ("landmarks", "landmark_drift") if get(k) is not None}
+        return cls(**kw)
+
+
+class Applications:
+    def __init__(self, config: AppConfig | None = None) -> None:
+        c = config or AppConfig()
+        self.exposure = Exposure()
+        self.apps: list[Application] = [Components(), Trends(), self.exposure, Landmarks(c.landmarks, c.landmark_drift)]
+        self.states: dict[str, Any] = {}
+        self.ms: dict[str, float] = {}
+
+    def run(
+        self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
+        scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0,
+    ) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        graph = AppGraph.build(g, epoch, scores)
+        delta = AppDelta(changes, before, list(g.types), new_vertices, full)
+        self.ms = {"app_graph": (time.perf_counter() - t0) * 1000.0}
+        out = {}
+        for app in self.apps:
+            t = time.perf_counter()
+            prev = self.states.get(app.name)
+            state = app.initialize(graph) if prev is None or full else app.update(graph, delta, prev)
+            self.states[app.name] = state
+            out[app.name] = app.publish(state)
+            self.ms[app.name] = (time.perf_counter() - t) * 1000.0
+        return out
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the adoption stamps (everything else is recomputed from the graph)."""
+        st = self.states.get(self.exposure.name)
+        return {"topics": Exposure.state_dict(st)} if st is not None else {}
+
+    def restore(self, saved: dict | None) -> None:
+        if saved and "topics" in saved:
+            self.exposure.restore(saved["topics"])

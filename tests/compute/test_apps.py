@@ -1,0 +1,175 @@
+"""The applications of issue 6 against direct computations: networkx components and BFS, a hand-counted K-exposure.
+
+Random epochs insert and delete edges (and add vertices); after every epoch the
+incrementally kept state must equal a from-scratch answer on the same graph.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from compute.apps.base import AppGraph
+from compute.apps.components import Components
+from compute.apps.exposure import Exposure
+from compute.apps.landmarks import UNREACHABLE, estimate
+from compute.apps.runner import AppConfig
+from ingest.events import Tweet
+from ingest.transforms import tweets_transform
+from tests.compute.appgraph import Stream
+
+
+def random_epochs(seed: int, epochs: int = 40, n0: int = 50):
+    """Yields (stream, output) after each of ``epochs`` random epochs of inserts and deletes over growing vertices."""
+    rng = np.random.default_rng(seed)
+    st = Stream(AppConfig(landmarks=4, landmark_drift=0.25))
+    n = n0
+    live: list[tuple[str, str, str]] = []
+    for e in range(epochs):
+        n += int(rng.integers(0, 4))
+        edges: dict = {}
+        for _ in range(int(rng.integers(1, 12))):
+            if live and rng.random() < 0.35:
+                key = live.pop(int(rng.integers(len(live))))
+                edges[key] = edges.get(key, 0) - 1
+            else:
+                s, d = (f"v{int(x)}" for x in rng.integers(0, n, 2))
+                key = (s, d, "mentions" if rng.random() < 0.8 else "tags")
+                if key in live or st.mult.get(key, 0) > 0:
+                    continue
+                live.append(key)
+                edges[key] = edges.get(key, 0) + 1
+        scores = {"tunkrank": rng.random(n + 10) if e % 10 == 0 else np.arange(n + 10, 0, -1, dtype=float)}
+        out = st.commit(edges, vertices=[f"v{i}" for i in range(n)], scores=scores)
+        yield st, out
+
+
+def nx_graph(st: Stream) -> nx.DiGraph:
+    G = nx.DiGraph()
+    G.add_nodes_from(range(st.g.n))
+    G.add_edges_from(st.live_pairs())
+    return G
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_components_match_networkx_after_random_updates(seed):
+    for st, out in random_epochs(seed):
+        labels = out["components"]["labels"]
+        expected = {frozenset(c) for c in nx.weakly_connected_components(nx_graph(st))}
+        got: dict[int, set] = {}
+        for v, lab in enumerate(labels.tolist()):
+            got.setdefault(lab, set()).add(v)
+        assert {frozenset(c) for c in got.values()} == expected
+        assert all(lab == min(c) for lab, c in got.items())  # the label is the smallest member
+        assert out["components"]["count"] == len(expected)
+        assert out["components"]["top_sizes"][0] == max(len(c) for c in expected)
+
+
+def test_components_initialize_equals_update():
+    for st, out in random_epochs(5, epochs=15):
+        pass
+    fresh = Components().initialize(AppGraph.build(st.g, st.epoch))
+    assert np.array_equal(fresh.labels, out["components"]["labels"])
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_incremental_landmark_distances_equal_a_fresh_bfs(seed):
+    recomputed = []
+    for st, out in random_epochs(seed):
+        G = nx_graph(st)
+        lm = out["landmarks"]
+        for j, l in enumerate(lm["ids"].tolist()):
+            fwd = nx.single_source_shortest_path_length(G, l)
+            bwd = nx.single_source_shortest_path_length(G.reverse(copy=False), l)
+            want_from = np.array([fwd.get(v, UNREACHABLE) for v in range(st.g.n)])
+            want_to = np.array([bwd.get(v, UNREACHABLE) for v in range(st.g.n)])
+            assert np.array_equal(lm["from"][j], want_from), (st.epoch, l)
+            assert np.array_equal(lm["to"][j], want_to), (st.epoch, l)
+        recomputed.append(st.apps.apps[-1].bfs_runs)
+    # Deletions recompute only the affected landmarks: far fewer BFS runs than 2 per landmark per epoch.
+    assert recomputed[-1] < 2 * 4 * len(recomputed) / 2
+
+
+def test_landmarks_stay_while_the_top_set_jitters():
+    st = Stream(AppConfig(landmarks=4, landmark_drift=0.5))
+    edges = {(f"v{i}", f"v{(i * 7 + 1) % 30}", "mentions"): 1 for i in range(30)}
+    base = np.linspace(10, 1, 30)
+    first = st.commit(edges, scores={"tunkrank": base})["landmarks"]["ids"].tolist()
+    jitter = base.copy()
+    jitter[[3, 4]] = jitter[[4, 3]]  # one landmark swaps with the fifth: 1 of 4 left, under the drift
+    assert st.commit({}, scores={"tunkrank": jitter})["landmarks"]["ids"].tolist() == first
+    moved = base[::-1].copy()  # the whole top set changes
+    assert st.commit({}, scores={"tunkrank": moved})["landmarks"]["ids"].tolist() != first
+
+
+def test_landmark_estimates_bound_the_true_distance_and_meet_it_through_a_landmark():
+    checked_equal = 0
+    for st, out in random_epochs(6, epochs=12, n0=40):
+        G = nx_graph(st)
+        lm = out["landmarks"]
+        true = dict(nx.all_pairs_shortest_path_length(G))
+        for a in range(st.g.n):
+            for b in range(st.g.n):
+                est, via = estimate(lm["to"][:, a], lm["from"][:, b])
+                d = true[a].get(b)
+                if d is None:
+                    continue  # unreachable: no landmark route can exist either
+                if est is None:
+                    continue
+                assert est >= d
+                through = [l for l in lm["ids"].tolist() if true[a].get(l, 1e9) + true[l].get(b, 1e9) == d]
+                if through:
+                    assert est == d
+                    checked_equal += 1
+    assert checked_equal > 100
+
+
+def tweet(user, mentions=(), tags=(), ts=0.0):
+    return tweets_transform(Tweet(user=user, mentions=list(mentions), hashtags=list(tags), ts=ts))
+
+
+def test_k_exposure_curves_match_a_hand_count():
+    """#x: a, b adopt unexposed; c adopts having seen a (k=1); d adopts having seen a, b, c (k=3); f adopts before
+    g, whom it mentions (k=0); e mentions a and b and never adopts (reached k=1 and 2).
+    Levels: a0 b0 c1 d3 f0 g0, e2 (never) -> reached(1..3) = 3, 2, 1; adopted at 1: c, at 3: d.
+    p = [1/3, 0, 1, -, -, -, -, -]; persistence = (1/3 + 0 + 1) / (8 * 1) = 1/6.
+    #y: p (ts 100) and q (ts 200) adopt in the same epoch and mention each other: q saw p first (k=1), p saw
+    nobody earlier (k=0). p(1) = 1/1; persistence = 1/8."""
+    st = Stream()
+    st.tweets([tweet("a", tags=["x"], ts=1)])
+    st.tweets([tweet("b", tags=["x"], ts=2), tweet("e", mentions=["a", "b"], ts=2), tweet("f", mentions=["g"], tags=["x"], ts=3)])
+    st.tweets([tweet("c", mentions=["a"], tags=["x"], ts=4), tweet("g", tags=["x"], ts=4)])
+    st.tweets([tweet("d", mentions=["a", "b", "c"], tags=["x"], ts=5), tweet("a", tags=["X"], ts=6)])
+    out = st.tweets([tweet("q", mentions=["p"], tags=["y"], ts=200), tweet("p", mentions=["q"], tags=["y"], ts=100)])
+    topics = out["topics"]
+    by = {st.g.names[t]: i for i, t in enumerate(topics["tags"].tolist())}
+    x, y = by["#x"], by["#y"]
+    assert topics["usage"][x] == 7 and topics["users"][x] == 6
+    assert topics["reached"][x].tolist() == [3, 2, 1, 0, 0, 0, 0, 0]
+    np.testing.assert_allclose(topics["curve"][x][:3], [1 / 3, 0, 1])
+    assert np.isnan(topics["curve"][x][3:]).all()
+    assert topics["persistence"][x] == pytest.approx(1 / 6)
+    assert topics["usage"][y] == 2 and topics["users"][y] == 2
+    assert topics["curve"][y][0] == 1 and topics["persistence"][y] == pytest.approx(1 / 8)
+    assert list(by) == ["#x", "#y"]  # controversy order: higher persistence first
+    # The per-epoch recount of the touched hashtags equals a recount of everything with the same stamps.
+    exp = st.apps.exposure
+    full = exp._count(AppGraph.build(st.g, st.epoch), st.apps.states["topics"], None)
+    assert {h: (t.usage, t.users, t.reached.tolist(), t.adopted.tolist()) for h, t in full.items()} == {
+        h: (t.usage, t.users, t.reached.tolist(), t.adopted.tolist()) for h, t in st.apps.states["topics"].topics.items()
+    }
+    # Trends: usage per hashtag is the number of tweets tagging it.
+    usage = dict(zip((st.g.names[t] for t in out["trends"]["tags"].tolist()), out["trends"]["usage"].tolist()))
+    assert usage == {"#x": 7, "#y": 2}
+
+
+def test_exposure_stamps_survive_a_checkpoint():
+    st = Stream()
+    st.tweets([tweet("a", tags=["x"], ts=1)])
+    st.tweets([tweet("b", mentions=["a"], tags=["x"], ts=2)])
+    saved = st.apps.state_dict()
+    again = Exposure()
+    again.restore(saved["topics"])
+    state = again.initialize(AppGraph.build(st.g, 99))  # everything arrives at once, as after a restore
+    assert state.topics[st.g.index["#x"]].adopted.tolist()[0] == 1
