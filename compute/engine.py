@@ -38,8 +38,9 @@ class RankConfig:
     tunkrank_p: float = DEFAULT_P
     # Epochs that change at most this share of the stored pairs start with a residual push (which
     # hands over to a Krylov solve once its frontier is dense); bigger ones go straight to the
-    # solver's full-graph method: warm-started BiCGSTAB, or power iteration at small damping.
-    push_max_delta: float = 0.01
+    # solver's full-graph method: warm-started GMRES, or power iteration at small damping. Measured on
+    # R-MAT 1M (bench/rank.py): push is as fast or faster up to 0.01% at tol 1e-3..1e-7, GMRES from 0.1%.
+    push_max_delta: float = 0.0001
     # The overlay of changes is folded into the base CSR past this share of it.
     compact_fraction: float = 0.05
     # A push round whose frontier reads this share of the edges runs as a full sweep instead:
@@ -103,7 +104,10 @@ class RankEngine:
         retract_ms = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()
-            algo.retract(rows)
+            if method == "push":
+                algo.retract(rows)
+            else:
+                algo.forget()  # a full-graph solve recomputes the residual in one sweep
             retract_ms[name] = time.perf_counter() - t
         t1 = time.perf_counter()
         self.graph.apply(src, dst, dweight)

@@ -16,14 +16,18 @@ An epoch's change to a row of ``P`` changes ``r`` only at that row's old and new
 out-neighbours (``retract`` before the graph changes, ``reinstate`` after), so
 after an epoch ``r`` is small and local. Then one of
 
-* ``krylov``: BiCGSTAB (van der Vorst 1992) on ``(I - alpha P^T) e = r``, warm-started
-  from the previous epoch's ``y``. Two matrix-vector products (one sweep over every
-  edge each) per step. Power iteration crawls at the rate of the eigenvalues of
-  ``alpha P^T`` nearest ``alpha`` in modulus; real graphs have few *distinct* such
-  eigenvalues (closed cycles give exact roots of unity, however many there are), and
-  a Krylov method removes each distinct one in a step or two: on R-MAT 1M a solve
-  to 1e-7 takes ~13 products against ~97 sweeps. Written here with ``xp`` calls
-  only, so it runs unchanged on CuPy (cupyx.scipy.sparse.linalg has no BiCGSTAB).
+* ``krylov``: GMRES (Saad and Schultz 1986) on ``(I - alpha P^T) e = r``, warm-started
+  from the previous epoch's ``y``; one matrix-vector product (a sweep over every
+  edge) per step (BiCGSTAB, tried first, took as long with one product more).
+  Power iteration crawls at the rate of the eigenvalues of ``alpha P^T`` nearest
+  ``alpha`` in modulus; real graphs have few *distinct* such eigenvalues (closed
+  cycles give exact roots of unity, however many there are), and a Krylov method
+  removes each distinct one in a step or two: on R-MAT 1M a solve to 1e-7 takes
+  ~12 products against ~97 sweeps. Written with ``xp`` calls only, so it runs
+  unchanged on CuPy, and so that it stops on the L1 norm the error bound needs
+  (SciPy's and cupyx's ``gmres`` stop on a 2-norm). An epoch that goes straight to
+  it skips ``retract``/``reinstate`` (``forget``): one sweep recomputes ``r``,
+  cheaper than pushing the changed rows twice.
 * ``power``: warm-started power iteration, i.e. Jacobi sweeps over every edge,
   ``y += r; r = alpha P^T r``, from the previous epoch's ``y``; or
 * ``push``: a residual push over a dynamic frontier (Gauss-Southwell in the
@@ -37,7 +41,7 @@ after an epoch ``r`` is small and local. Then one of
 
 The stopping rule bounds the error, not the change: since ``||(I - alpha P^T)^-1||_1
 <= 1 / (1 - alpha)``, ``||y* - y||_1 <= ||r||_1 / (1 - alpha)``; each ranking turns
-that into its own L1 bound (``target``). BiCGSTAB's recurrence residual drifts from
+that into its own L1 bound (``target``). A Krylov method's recurrence residual drifts from
 the true one in floating point, so a Krylov solve stops only on the *true* residual
 ``1 + alpha P^T y - y``, recomputed (one more sweep) when the recurrence says it is
 done: the bound stays proven. Running out of rounds raises
@@ -64,12 +68,18 @@ UNPUSHED_SHARE = 0.5
 # spread over every vertex, and later epochs need headroom under the budget to leave it where it is
 # and push only their own, local residual. Fewer sweeps each time would mean sweeps every epoch.
 SWEEP_HEADROOM = 0.5
-# Below this damping a sweep alone cuts the residual by 1/alpha >= 2x, and BiCGSTAB's two products
-# per step plus its check of the true residual do not pay (TunkRank, p = 0.05: 3-4 sweeps).
+# Below this damping a sweep alone cuts the residual by 1/alpha >= 2x, and a Krylov basis plus the
+# check of the true residual do not pay (TunkRank, p = 0.05: 3-4 sweeps).
 KRYLOV_MIN_ALPHA = 0.5
-# BiCGSTAB stops on its recurrence residual at this share of the goal, so that the true residual,
+# GMRES stops on its recurrence residual at this share of the goal, so that the true residual,
 # which rounding moves a little away from it, passes the check the first time.
 KRYLOV_RECURRENCE_SHARE = 0.5
+# GMRES keeps this many basis vectors (n floats each) before it restarts; a from-scratch solve of
+# R-MAT graphs to 1e-7 takes 11-13, an incremental epoch 8-10.
+KRYLOV_RESTART = 20
+# Arnoldi orthogonalises a new vector once more when one pass of Gram-Schmidt cancelled more than
+# this share of its norm ("twice is enough": Daniel, Gragg, Kaufman and Stewart 1976, 1/sqrt(2)).
+REORTHOGONALIZE = 0.7071
 # A Krylov cycle that leaves the true residual above this share of where it began has stalled
 # (breakdown, or float32 rounding at the floor of what it can resolve): sweeps finish the job.
 KRYLOV_STALL = 0.5
@@ -107,6 +117,7 @@ class ResidualSolver:
         self.y = xp.zeros(0, dtype=graph.dtype)
         self.r = xp.zeros(0, dtype=graph.dtype)
         self._compactions = graph.compactions
+        self._stale = False  # the graph changed without retract: ``r`` must be recomputed
         # What an epoch whose residual is everywhere runs: Krylov where sweeps alone would crawl.
         self.sweep_method = "krylov" if alpha >= KRYLOV_MIN_ALPHA else "power"
 
@@ -133,8 +144,13 @@ class ResidualSolver:
         """After the rows changed: put their new contribution into ``r``."""
         self._push_rows(rows, 1.0)
 
+    def forget(self) -> None:
+        """Instead of ``retract``: the next solve recomputes ``r`` with one sweep. Cheaper than pushing
+        the changed rows twice when that solve sweeps the whole graph anyway."""
+        self._stale = True
+
     def _push_rows(self, rows, sign: float) -> None:
-        if len(rows) == 0:
+        if len(rows) == 0 or self._stale:
             return
         coef = (sign * self.alpha) * self.y[rows] * self.g.inv_out[rows]
         self.g.push(rows, coef, self.r)
@@ -170,6 +186,7 @@ class ResidualSolver:
         self.y = xp.ones(self.g.n, dtype=self.g.dtype)
         read = self.recompute_residual()
         self._compactions = self.g.compactions
+        self._stale = False
         stats = self.converge(read, method, headroom=1.0)
         return SolveStats("scratch", stats.iterations, stats.sweeps, stats.edges_read, stats.residual)
 
@@ -185,10 +202,12 @@ class ResidualSolver:
 
     def solve(self, method: str) -> SolveStats:
         read = 0
-        if self.g.compactions != self._compactions:
-            # The base was rebuilt: a good moment to drop the running residual's rounding drift.
+        if self._stale or self.g.compactions != self._compactions:
+            # Changed without retract, or the base was rebuilt (a good moment to drop the running
+            # residual's rounding drift).
             read += self.recompute_residual()
             self._compactions = self.g.compactions
+            self._stale = False
         if method in ("power", "krylov", "sweep"):
             # "sweep": whichever full-graph method suits this solver's damping.
             return self.converge(read, None if method == "sweep" else method, SWEEP_HEADROOM)
@@ -226,64 +245,78 @@ class ResidualSolver:
         return v - self.alpha * self.g.pull(self.g.inv_out * v)
 
     def _krylov_until_done(self, method: str, read: int, headroom: float = 1.0, it: int = 0) -> SolveStats:
-        """BiCGSTAB cycles from the current ``(y, r)``, each ended by recomputing the true residual,
+        """GMRES cycles from the current ``(y, r)``, each ended by recomputing the true residual,
         until that residual meets ``headroom * target``; sweeps take over if a cycle stalls."""
         start = it
         res, goal = self._residual()
         while res > headroom * goal:
             before = res
-            it, read = self._bicgstab(it, read, KRYLOV_RECURRENCE_SHARE * headroom)
+            it, read = self._gmres(it, read, KRYLOV_RECURRENCE_SHARE * headroom)
             if it >= self.max_iter:  # no product left to check the true residual with
                 raise self._failed(it, *self._residual())
             read += self.recompute_residual(settle_sources=True)
             it += 1
             res, goal = self._residual()
             if res > headroom * goal and res > KRYLOV_STALL * before:
-                log.debug("%s: BiCGSTAB stalled at residual %.3g (goal %.3g); finishing with sweeps", self.name, res, goal)
+                log.debug("%s: GMRES stalled at residual %.3g (goal %.3g); finishing with sweeps", self.name, res, goal)
                 done = self._sweep_until_done(method, read, headroom, it)
                 return SolveStats(method, done.iterations, done.iterations - start, done.edges_read, done.residual)
         return SolveStats(method, it, it - start, read, res)
 
-    def _bicgstab(self, it: int, read: int, share: float) -> tuple[int, int]:
-        """One BiCGSTAB cycle on ``(I - alpha P^T) e = r`` that updates ``y`` and the recurrence ``r`` in
-        place, until ``||r||_1 <= share * target``, a breakdown, or ``max_iter`` products in all."""
+    def _gmres(self, it: int, read: int, share: float) -> tuple[int, int]:
+        """One GMRES(``KRYLOV_RESTART``) cycle on ``(I - alpha P^T) e = r`` from ``e = 0`` (Saad and Schultz
+        1986; Arnoldi by classical Gram-Schmidt, two matrix-vector products of the basis per step,
+        done again where it cancelled). Adds ``e`` to ``y`` and leaves the recurrence residual in ``r``. Stops when that
+        residual's L1 norm is at most ``share * target``; the 2-norm of the small least-squares
+        problem is a lower bound of it, so the L1 norm is only formed once that bound passes."""
         xp = self.be.xp
+        m = min(KRYLOV_RESTART, self.max_iter - it)
+        beta = float(xp.linalg.norm(self.r))
+        if m <= 0 or beta == 0.0 or not np.isfinite(beta):
+            return it, read
         stored = self._stored()
-        rhat = self.r.copy()
-        rho = alpha_k = omega = 1.0
-        p = v = None
-        while it < self.max_iter:
-            rho_new = float(xp.dot(rhat, self.r))
-            if rho_new == 0.0 or not np.isfinite(rho_new):
-                break  # breakdown: the caller restarts from the true residual
-            if p is None:
-                p = self.r.copy()
-            else:
-                p = self.r + (rho_new / rho) * (alpha_k / omega) * (p - omega * v)
-            v = self._apply(p)
+        basis = xp.empty((m + 1, self.n), dtype=self.r.dtype)
+        basis[0] = self.r / beta
+        sums = np.zeros(m + 1)  # sum of each basis vector: sum(y) after the update, for the goal
+        sums[0] = float(basis[0].sum())
+        h = np.zeros((m + 1, m))
+        ysum = float(self.y.sum())
+        k = 0
+        z = np.zeros(0)
+        rhs = np.zeros(1)
+        while k < m:
+            w = self._apply(basis[k])
             it += 1
             read += stored
-            rv = float(xp.dot(rhat, v))
-            if rv == 0.0 or not np.isfinite(rv):
-                break
-            alpha_k = rho_new / rv
-            self.y += alpha_k * p
-            s = self.r - alpha_k * v
-            res, goal = self._residual_of(s)
-            if res <= share * goal or it >= self.max_iter:
-                self.r = s
-                break
-            t = self._apply(s)
-            it += 1
-            read += stored
-            tt = float(xp.dot(t, t))
-            omega = float(xp.dot(t, s)) / tt if tt > 0.0 else 0.0
-            self.y += omega * s
-            self.r = s - omega * t
-            rho = rho_new
-            res, goal = self._residual_of(self.r)
-            if res <= share * goal or omega == 0.0 or not np.isfinite(omega):
-                break
+            v = basis[: k + 1]
+            before = float(xp.linalg.norm(w))
+            c = v @ w
+            w -= c @ v
+            hn = float(xp.linalg.norm(w))
+            if hn < REORTHOGONALIZE * before:  # cancellation: orthogonalise once more (DGKS)
+                c2 = v @ w
+                w -= c2 @ v
+                c += c2
+                hn = float(xp.linalg.norm(w))
+            h[: k + 1, k] = self.be.to_host(c)
+            h[k + 1, k] = hn
+            k += 1
+            rhs = np.zeros(k + 1)
+            rhs[0] = beta
+            z = np.linalg.lstsq(h[: k + 1, :k], rhs, rcond=None)[0]
+            left = rhs - h[: k + 1, :k] @ z  # the residual in the basis's coordinates
+            goal = self.target(ysum + float(sums[:k] @ z), self.n)
+            if hn == 0.0 or not np.isfinite(hn):
+                break  # the space is invariant: z solves the system
+            basis[k] = w / hn
+            sums[k] = float(basis[k].sum())
+            if float(np.linalg.norm(left)) <= share * goal:
+                r = self.be.asarray(left, dtype=self.r.dtype) @ basis[: k + 1]
+                if float(xp.abs(r).sum()) <= share * goal:
+                    break
+        if k:
+            self.y += self.be.asarray(z, dtype=self.y.dtype) @ basis[:k]
+            self.r = self.be.asarray(rhs - h[: k + 1, :k] @ z, dtype=self.r.dtype) @ basis[: k + 1]
         return it, read
 
     def _residual_of(self, r) -> tuple[float, float]:

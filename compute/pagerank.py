@@ -72,6 +72,10 @@ class PageRank:
         self.solver.grow()
         self.solver.retract(rows)
 
+    def forget(self) -> None:
+        """The graph changes without ``retract``: the next ``update`` re-solves from one sweep's residual."""
+        self.solver.forget()
+
     def update(self, rows, method: str) -> SolveStats:
         """After the graph absorbed an epoch: fold the changed rows back in and re-solve."""
         self.solver.grow()
@@ -93,7 +97,7 @@ def pagerank(
     backend: Backend | None = None,
 ) -> RankResult:
     """PageRank of ``adjacency`` (n x n, rows are sources, non-negative weights) from scratch,
-    or warm-started from ranks ``x0``; BiCGSTAB on the device (see :mod:`compute.incremental`)."""
+    or warm-started from ranks ``x0``; GMRES on the device (see :mod:`compute.incremental`)."""
     be = backend or numpy_backend()
     n = adjacency.shape[0]
     if n == 0:

@@ -67,6 +67,10 @@ class TunkRank:
         self.solver.grow()
         self.solver.retract(rows)
 
+    def forget(self) -> None:
+        """The graph changes without ``retract``: the next ``update`` re-solves from one sweep's residual."""
+        self.solver.forget()
+
     def update(self, rows, method: str) -> SolveStats:
         self.solver.grow()
         self.solver.reinstate(rows)
