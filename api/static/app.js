@@ -202,6 +202,85 @@ async function refreshTop() {
   tbody.replaceChildren(...rows);
 }
 
+// ---- controversial topics (issue 6) ----------------------------------------------------------
+function sparkline(curve) {
+  // p(1..8) as a small line scaled to its peak (persistence compares the curve with its peak); gaps: nobody reached k.
+  const w = 120, h = 28, svg = el("svg", { class: "spark", width: w, height: h, viewBox: `0 0 ${w} ${h}` });
+  const peak = Math.max(1e-9, ...curve.filter((p) => p != null));
+  el("title", {}, svg).textContent = "p(1..8): " + curve.map((p) => (p == null ? "–" : p.toFixed(3))).join(" ");
+  el("line", { class: "base", x1: 0, y1: h - 1, x2: w, y2: h - 1 }, svg);
+  let d = "", pen = false;
+  curve.forEach((p, i) => {
+    const x = 4 + i * ((w - 8) / 7);
+    if (p == null) { pen = false; return; }
+    const y = h - 2 - (p / peak) * (h - 4);
+    d += `${pen ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`;
+    pen = true;
+    el("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 1.8 }, svg);
+  });
+  if (d) el("path", { class: "line", d }, svg);
+  return svg;
+}
+
+async function refreshTopics() {
+  let body;
+  try { body = await api("/v1/topics?sort=controversy&k=10"); }
+  catch (err) { if (err.status === 404) return; throw err; }
+  const rows = body.items.map((t) => {
+    const tr = document.createElement("tr");
+    tr.dataset.hashtag = t.hashtag;
+    cell(tr, vertexLink(t.hashtag));
+    cell(tr, fmt.format(t.usage), "num");
+    cell(tr, fmt.format(t.users), "num");
+    cell(tr, t.persistence.toFixed(3), "num");
+    cell(tr, sparkline(t.curve));
+    tr.addEventListener("click", () => openVertex(t.hashtag));
+    return tr;
+  });
+  if (rows.length) $("topics-body").replaceChildren(...rows);
+}
+
+// ---- path finder (issue 6) -----------------------------------------------------------------------
+function drawChain(path, via) {
+  const svg = $("path-chain");
+  svg.replaceChildren();
+  const n = path.length, w = 600, y = 40;
+  const step = n > 1 ? (w - 60) / (n - 1) : 0;
+  const xs = path.map((_, i) => (n > 1 ? 30 + i * step : w / 2));
+  for (let i = 1; i < n; i++) el("line", { x1: xs[i - 1], y1: y, x2: xs[i], y2: y }, svg);
+  path.forEach((name, i) => {
+    const g = el("g", { "data-vertex": name }, svg);
+    el("circle", { cx: xs[i], cy: y, r: 9, class: name === via ? "via" : "" }, g);
+    const t = el("text", { x: xs[i], y: i % 2 ? y + 30 : y - 16 }, g);
+    t.textContent = name.length > 14 ? name.slice(0, 13) + "…" : name;
+    g.addEventListener("click", () => openVertex(name));
+  });
+  svg.toggleAttribute("hidden", false);  // an SVG element has no `hidden` property, only the attribute
+}
+
+async function findPath(ev) {
+  if (ev) ev.preventDefault();
+  const src = $("path-src").value.trim(), dst = $("path-dst").value.trim();
+  if (!src || !dst) return;
+  const info = $("path-info");
+  try {
+    const b = await api(`/v1/paths?src=${encodeURIComponent(src)}&dst=${encodeURIComponent(dst)}`);
+    if (b.estimate == null) {
+      $("path-chain").toggleAttribute("hidden", true);
+      info.textContent = `No landmark connects ${src} to ${dst} in epoch ${fmt.format(b.epoch)}` +
+        (b.distance != null ? ` (a direct search found ${b.distance} hops).` : ".");
+      return;
+    }
+    drawChain(b.path, b.via);
+    info.textContent = `${b.estimate} hop${b.estimate === 1 ? "" : "s"}` + (b.via ? ` via ${b.via}` : "") +
+      (b.exact ? " — exact (confirmed by BFS)" : b.distance != null ? ` — the true distance is ${b.distance}` : " — an upper bound") +
+      `, epoch ${fmt.format(b.epoch)}`;
+  } catch (err) {
+    $("path-chain").toggleAttribute("hidden", true);
+    info.textContent = err.status === 404 ? err.message : `path finder: ${err.message}`;
+  }
+}
+
 // ---- vertex panel ---------------------------------------------------------------------------
 function neighborRows(tbody, items) {
   if (!items.length) {
@@ -331,7 +410,7 @@ async function onEpoch(e) {
   if (refreshing) return;  // a slow refresh is never stacked: the next epoch catches up
   refreshing = true;
   try {
-    await Promise.all([refreshTop(), refreshVertex()]);
+    await Promise.all([refreshTop(), refreshVertex(), refreshTopics()]);
   } catch (err) { showError(err); }
   finally { refreshing = false; }
 }
@@ -374,6 +453,7 @@ async function load() {
 
 async function start() {
   setupSearch();
+  $("path-form").addEventListener("submit", findPath);
   $("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
     state.token = $("token").value.trim();

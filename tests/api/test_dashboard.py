@@ -86,3 +86,43 @@ def test_a_banner_when_the_api_is_down(browser, server):
     page.close()
 
 
+
+
+def test_topics_panel_and_path_finder_render(browser, server):
+    """Issue 6: the controversial topics with their exposure curves, and a path drawn as a chain."""
+    import httpx
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/")
+    topics = page.locator("#topics-body tr[data-hashtag]")
+    wait_until(lambda: topics.count() >= 1, what="the controversial topics")
+    assert topics.nth(0).get_attribute("data-hashtag").startswith("#")
+    assert page.locator("#topics-body svg.spark").count() == topics.count()
+    # A pair the landmarks connect, found through the API; the page must draw estimate + 1 vertices.
+    top = httpx.get(server + "/v1/rank/top", params={"algo": "tunkrank", "k": 20}).json()
+    names = [i["vertex"] for i in top["items"]]
+    pair = None
+    for src in names[:5]:
+        for dst in names[5:]:
+            body = httpx.get(server + "/v1/paths", params={"src": src, "dst": dst}).json()
+            if body.get("estimate"):
+                pair = (src, dst)
+                break
+        if pair:
+            break
+    assert pair, "no connected pair among the top vertices"
+    page.fill("#path-src", pair[0])
+    page.fill("#path-dst", pair[1])
+    page.click("#path-form button")
+    page.wait_for_selector("#path-chain:not([hidden]) circle", timeout=10_000)
+    circles = page.locator("#path-chain circle")
+    hops = int(page.locator("#path-info").inner_text().split(" ")[0])
+    assert circles.count() == hops + 1 >= 2
+    assert page.locator("#path-chain g").first.get_attribute("data-vertex") == pair[0]
+    assert page.locator("#path-chain g").last.get_attribute("data-vertex") == pair[1]
+    assert page.locator("#path-chain circle.via").count() == 1
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-apps.png"), full_page=True)
+    assert errors == []
+    page.close()
