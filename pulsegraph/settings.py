@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where ranking runs: cuda (CuPy, asks Ray for a GPU), cpu (NumPy/SciPy), auto (CuPy if it sees a GPU)")
     rank_dtype: Literal["float64", "float32"] = Field("float64", description="floats of the resident graph and the ranks (float32 ranks to a tolerance of at most 1e-5)")
     tunkrank_p: float = Field(0.05, gt=0, lt=1, description="TunkRank's retweet probability p")
-    rank_push_max_delta: float = Field(0.01, ge=0, description="epochs changing at most this share of the ranked edges are ranked by residual push, larger ones by warm-started power iteration")
+    rank_push_max_delta: float = Field(0.0001, ge=0, description="epochs changing at most this share of the ranked edges start with a residual push, larger ones go straight to warm-started GMRES")
     rank_compact_fraction: float = Field(0.05, gt=0, description="the resident graph folds its overlay of changes into its CSR past this share of the edges")
     landmarks: int = Field(16, ge=1, le=256, description="landmarks of approximate shortest paths (/v1/paths): the top vertices by TunkRank")
     landmark_drift: float = Field(0.25, ge=0, le=1, description="the landmarks are re-chosen once more than this share of them has left the TunkRank top set")
