@@ -421,7 +421,7 @@ def create_app(
                 "curve": [None if np.isnan(x) else float(x) for x in curve.tolist()],
                 "exposed": [int(x) for x in t["reached"][i].tolist()],
             })
-        return JSON({"epoch": view.result.epoch, "sort": sort, "items": items})
+        return JSON({"epoch": view.result.epoch, "as_of": int(t.get("as_of", view.result.epoch)), "sort": sort, "items": items})
 
     def usage_of(view: EpochView) -> dict[int, int]:
         t = (getattr(view.result, "apps", None) or {}).get("trends")

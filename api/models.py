@@ -75,6 +75,7 @@ class Topic(BaseModel):
 
 class TopicList(BaseModel):
     epoch: int
+    as_of: int  # the epoch the curves were counted at (they are recounted within a time budget)
     sort: str
     items: list[Topic]
 

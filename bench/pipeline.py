@@ -57,11 +57,12 @@ def main() -> int:
     tl50 = np.array([r.timeliness_ms["p50"] for r in run])
     tl99 = np.array([r.timeliness_ms["p99"] for r in run])
     rank = np.array([r.compute_ms.get("pagerank", 0.0) for r in run])
+    apps = np.array([sum(getattr(r, "apps_ms", {}).values()) for r in run])
     print(f"machine: {machine()}")
-    print("| shards | ingest actors | tx/s | commit p50 / p99 ms | timeliness p50 / p99 ms | pagerank ms (median) | vertices / edges at end |")
+    print("| shards | ingest actors | tx/s | commit p50 / p99 ms | timeliness p50 / p99 ms | pagerank ms (median) | applications ms (median) | vertices / edges at end |")
     print(
         f"| {args.shards} | {args.ingest_actors} | {rate:,.0f} | {np.median(commit):.0f} / {np.percentile(commit, 99):.0f} "
-        f"| {np.median(tl50):.0f} / {np.percentile(tl99, 99):.0f} | {np.median(rank):.0f} | {run[-1].vertices:,} / {run[-1].edges:,} |"
+        f"| {np.median(tl50):.0f} / {np.percentile(tl99, 99):.0f} | {np.median(rank):.0f} | {np.median(apps):.0f} | {run[-1].vertices:,} / {run[-1].edges:,} |"
     )
     return 0
 

@@ -88,6 +88,7 @@ class IngestActor:
         clients = {id(c): c for c in (getattr(p, "client", None) for p in self._parts) if c is not None}
         return {
             "actor": self.actor_id,
+            "node": ray.get_runtime_context().get_node_id(),
             "positions": {p.name: p.position() for p in self._parts},
             "exhausted": all(p.exhausted() for p in self._parts),
             "connected": all(c.connected for c in clients.values()),

@@ -83,6 +83,7 @@ def build_app(settings: Settings, pipeline: Pipeline):
         allow_anonymous_writes=settings.allow_anonymous_writes,
         protect_reads=settings.protect_reads,
         cors_origins=settings.cors_origins,
+        path_bfs_budget=settings.path_bfs_budget,
     )
 
 
@@ -100,7 +101,7 @@ class _Server(uvicorn.Server):
 
 def serve(settings: Settings) -> int:
     pipeline = Pipeline(settings, on_epoch=print_epoch)
-    log.info("starting: source %s, %d shards, %d ingest actors", settings.source, settings.shards, settings.ingest_actors)
+    log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
     pipeline.start()
     app = build_app(settings, pipeline)
     server = _Server(

@@ -40,6 +40,7 @@ OBJECT_STORE_BYTES = 512 * 1024 * 1024
 # The settings the compute actor reads (never the whole Settings: no token travels to an actor).
 RANKING_FIELDS = {
     "device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction",
+    "landmarks", "landmark_drift", "topics_budget",
 }
 # How often the cached pipeline status behind /health is refreshed, and how long an actor
 # may take to answer it before it counts as lost (a busy actor answers within a few batches).
@@ -48,11 +49,16 @@ STATUS_TIMEOUT_S = 30.0
 # Wait before relaunching a lost pipeline, doubling while relaunches keep failing.
 RELAUNCH_BACKOFF_S = 0.5
 RELAUNCH_BACKOFF_MAX_S = 30.0
+# How long a killed actor may take to die (it is a local signal; seconds are plenty).
+TEARDOWN_TIMEOUT_S = 30.0
 
 
 def init_ray(settings: Settings) -> None:
-    """Start the embedded Ray instance, unless this process already joined one."""
+    """Join the cluster at ``--ray-address``, or start the embedded Ray instance; nothing if already joined."""
     if ray.is_initialized():
+        return
+    if settings.ray_address:
+        ray.init(address=settings.ray_address, logging_level=logging.WARNING)
         return
     ray.init(
         address="local",
@@ -61,6 +67,10 @@ def init_ray(settings: Settings) -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
     )
+
+
+def alive_nodes() -> int:
+    return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
 
 
 def spread(items: list[str], n: int) -> list[list[str]]:
@@ -85,6 +95,7 @@ class Pipeline:
         self._stop = threading.Event()
         self._launched = threading.Event()
         self.recoveries = 0
+        self.sizing: dict = {}
 
     @property
     def spec(self) -> SourceSpec:
@@ -144,7 +155,7 @@ class Pipeline:
         entries = EpochLog.read(str(s.data_dir / "epochs.log"))
         manifest = CheckpointStore(s.data_dir).latest() if s.checkpoint_every else None
         if manifest is not None:
-            if sorted(manifest.shards) != list(range(s.shards)):
+            if s.shards and sorted(manifest.shards) != list(range(s.shards)):
                 raise PipelineError(
                     f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {s.shards}. "
                     f"Operator action: run with --shards {len(manifest.shards)}, or move {s.data_dir} aside to start anew."
@@ -175,6 +186,13 @@ class Pipeline:
             spec = dataclasses.replace(spec, partitions=self._kafka_partitions())
         manifest, resume = self._recovery()
         self._check_source(resume, spec.partition_names())
+        nodes = alive_nodes()
+        # Sized from the cluster when not given: shards hold the graph (2 per node keeps every
+        # core busy applying), ingest actors read (one per node, never more than the partitions).
+        n_shards = s.shards or (len(manifest.shards) if manifest else 2 * nodes)
+        n_ingest = min(s.ingest_actors or nodes, len(spec.partition_names()))
+        self.sizing = {"nodes": nodes, "shards": n_shards, "ingest_actors": n_ingest}
+        log.info("launching %d shards and %d ingest actors on %d Ray node(s)", n_shards, n_ingest, nodes)
         if s.source == "synthetic":
             self.events_log.touch()
         ranking = s.model_dump(include=RANKING_FIELDS)
@@ -182,20 +200,23 @@ class Pipeline:
         self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(
             s.ranked_types, ranking, restore_ids
         )
-        if manifest is None:
-            self.shards = [ShardActor.remote(i) for i in range(s.shards)]
-        else:
-            self.shards = [
-                ShardActor.remote(i, (str(manifest.shard_path(i)), manifest.shards[i])) for i in range(s.shards)
-            ]
+        # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
+        # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.
+        spread_out = {"scheduling_strategy": "SPREAD"}
+        self.shards = [
+            ShardActor.options(**spread_out).remote(
+                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i])
+            )
+            for i in range(n_shards)
+        ]
         starts = resume["vector"] if resume else {}
-        self.coordinator = EpochCoordinator.remote(
+        self.coordinator = EpochCoordinator.options(num_cpus=0).remote(
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume,
         )
-        owners = spread(spec.partition_names(), s.ingest_actors)
+        owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
-            IngestActor.remote(
+            IngestActor.options(**spread_out).remote(
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
                 self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
             )
@@ -205,13 +226,23 @@ class Pipeline:
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
 
     def _teardown(self) -> None:
-        """Kill every actor at once, as a crash would; what survives is on disk."""
-        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute]:
-            if actor is not None:
+        """Kill every actor at once, as a crash would, and wait until they are dead: ``ray.kill`` is
+        asynchronous, and a coordinator still alive could append to the epoch log after the next
+        generation read it. What survives is on disk."""
+        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute] if a is not None]
+        for actor in actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        deadline = time.monotonic() + TEARDOWN_TIMEOUT_S
+        for actor in actors:
+            while time.monotonic() < deadline:
                 try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+                    ray.get(actor.__ray_ready__.remote(), timeout=TEARDOWN_TIMEOUT_S)
+                except (RayActorError, GetTimeoutError):
+                    break
+                time.sleep(0.05)
         self.ingest, self.shards, self.coordinator, self.compute = [], [], None, None
 
     def _relaunch(self, why: str) -> None:
@@ -257,8 +288,13 @@ class Pipeline:
             try:
                 self._status = self.poll_status()
                 lost = self._status["epoch_failed"]
-            except (RayActorError, GetTimeoutError) as exc:
+            except RayActorError as exc:
                 lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            except GetTimeoutError:
+                # Busy is not dead: an actor deep in a large epoch answers late. A dead one fails
+                # its calls at once (RayActorError), so only that triggers a relaunch.
+                log.warning("an actor did not answer the status poll within %.0f s", STATUS_TIMEOUT_S)
+                continue
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
                 log.exception("pipeline status poll failed")
                 continue
@@ -289,6 +325,7 @@ class Pipeline:
         return {
             "status": "degraded" if failed or disconnected else "ok",
             "epoch_failed": coord["failed"],
+            "sizing": dict(self.sizing),
             "recoveries": self.recoveries,
             "ingest": state,
             "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),

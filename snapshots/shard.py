@@ -47,6 +47,10 @@ class ShardActor:
         """Liveness: the last epoch applied."""
         return self._store.epoch
 
+    def node_id(self) -> str:
+        """The Ray node this shard runs on."""
+        return ray.get_runtime_context().get_node_id()
+
     def snapshot(self) -> dict:
         return self._store.snapshot()
 

@@ -31,6 +31,7 @@ are recounted.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +69,7 @@ class ExposureState:
     epochs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     topics: dict[int, Topic] = field(default_factory=dict)
+    as_of: int = 0  # the epoch the curves were last counted at
 
 
 def _pack(u: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -77,8 +79,17 @@ def _pack(u: np.ndarray, h: np.ndarray) -> np.ndarray:
 class Exposure(Application):
     name = "topics"
 
-    def __init__(self) -> None:
+    def __init__(self, budget: float | None = None) -> None:
+        """``budget``: the largest share of wall time the recounts may take (None or 1: every epoch).
+
+        Counting is the expensive part (every exposure pair of every affected hashtag; on a
+        power-law mention graph nearly every hashtag is affected by any epoch). Adoption stamps
+        are taken every epoch, so a recount that skipped epochs still orders adopters exactly;
+        the published curves say which epoch they were counted at (``as_of``)."""
         self._restored: ExposureState | None = None
+        self._budget = budget if budget is not None and budget < 1 else None
+        self._pending: set[int] = set()
+        self._next_count_at = 0.0
 
     # -- stamps ------------------------------------------------------------------------------
     def _stamp(self, graph: AppGraph, state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:
@@ -156,8 +167,18 @@ class Exposure(Application):
         self._restored = None
         t_src, t_dst, _ = graph.typed(TAGS)
         state = self._stamp(graph, state, t_src, t_dst)
-        state.topics = self._count(graph, state, None)
+        state.topics = self._timed_count(graph, state, None)
+        state.as_of = graph.epoch
+        self._pending.clear()
         return state
+
+    def _timed_count(self, graph: AppGraph, state: ExposureState, hashtags: np.ndarray | None) -> dict[int, Topic]:
+        t0 = time.monotonic()
+        topics = self._count(graph, state, hashtags)
+        if self._budget is not None:
+            spent = time.monotonic() - t0
+            self._next_count_at = time.monotonic() + spent * (1.0 / self._budget - 1.0)
+        return topics
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: ExposureState) -> ExposureState:
         s, h = delta.inserted(TAGS)
@@ -168,14 +189,16 @@ class Exposure(Application):
         if len(m_dst):
             t_src, t_dst, _ = graph.typed(TAGS)
             affected.append(t_dst[np.isin(t_src, m_dst)])
-        hashtags = np.unique(np.concatenate(affected))
-        if len(hashtags):
-            topics = dict(state.topics)
-            for x in hashtags.tolist():
-                topics.pop(x, None)
-            topics.update(self._count(graph, state, hashtags))
-            state = ExposureState(state.keys, state.epochs, state.times, topics)
-        return state
+        self._pending.update(np.unique(np.concatenate(affected)).tolist())
+        if not self._pending or (self._budget is not None and time.monotonic() < self._next_count_at):
+            return state  # counted later; the stamps above keep the order exact meanwhile
+        hashtags = np.array(sorted(self._pending), dtype=np.int64)
+        self._pending.clear()
+        topics = dict(state.topics)
+        for x in hashtags.tolist():
+            topics.pop(x, None)
+        topics.update(self._timed_count(graph, state, hashtags))
+        return ExposureState(state.keys, state.epochs, state.times, topics, graph.epoch)
 
     def publish(self, state: ExposureState) -> dict:
         ids = np.array(sorted(state.topics), dtype=np.int64)
@@ -189,6 +212,7 @@ class Exposure(Application):
         return {
             "tags": ids[order].astype(np.int32), "usage": usage[order], "users": users[order],
             "persistence": persistence[order], "curve": curves[order], "reached": reached[order],
+            "as_of": state.as_of,
         }
 
     # -- checkpoints -------------------------------------------------------------------------

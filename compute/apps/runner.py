@@ -30,19 +30,20 @@ log = logging.getLogger(__name__)
 class AppConfig:
     landmarks: int = 16
     landmark_drift: float = 0.25
+    topics_budget: float | None = None  # None: recount the exposure curves every epoch
 
     @classmethod
     def from_settings(cls, settings) -> "AppConfig":
         """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
-        kw = {k: get(k) for k in ("landmarks", "landmark_drift") if get(k) is not None}
+        kw = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
         return cls(**kw)
 
 
 class Applications:
     def __init__(self, config: AppConfig | None = None) -> None:
         c = config or AppConfig()
-        self.exposure = Exposure()
+        self.exposure = Exposure(c.topics_budget)
         self.apps: list[Application] = [Components(), Trends(), self.exposure, Landmarks(c.landmarks, c.landmark_drift)]
         self.states: dict[str, Any] = {}
         self.ms: dict[str, float] = {}

@@ -167,7 +167,11 @@ def test_a_killed_shard_and_ingest_actor_recover_on_their_own(ray_cluster, kafka
         want_vector = end_vector(records)
         view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=180)
         assert view.result.records == 15_100
-        assert ray.get(p.coordinator.status.remote())["vector"] == want_vector
+        # The relaunched actors may still be re-cutting the logged epochs: wait until they are through.
+        deadline = time.monotonic() + 120
+        while ray.get(p.coordinator.status.remote())["vector"] != want_vector and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ray.get(p.coordinator.flush.remote())
         assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
     finally:
         p.stop()

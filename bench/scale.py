@@ -1,0 +1,81 @@
+"""Scaling on one machine: events/s and epoch commit latency for 1, 2, 4 shards x 1, 2 ingest actors.
+
+Through a real Kafka broker (tools/kafka.sh, or ``--bootstrap``): ``--events``
+synthetic tweets are produced once to a 4-partition topic (packed ``--pack`` per
+message, so the client is not what is measured), then each configuration reads
+the whole topic from offset 0 into a fresh data dir, at 1 s epochs; the rate is
+events sealed with results per second from the first epoch to the last.
+
+    .venv/bin/python -m bench.scale --events 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from bench.ingest import TOP, create_topic, produce_args, run_pipeline
+from bench.machine import describe
+from pulsegraph.produce import produce
+
+
+def measure(args, bootstrap: str, topic: str, shards: int, ingest: int) -> dict:
+    cfg = argparse.Namespace(**{**vars(args), "shards": shards, "ingest_actors": ingest})
+    p, seen = run_pipeline(cfg, bootstrap, topic, tempfile.mkdtemp(prefix="pg-scale-"))
+    try:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):
+            time.sleep(0.5)
+    finally:
+        p.stop()
+    done = [r for _, r in seen]
+    first, last = done[0], done[-1]
+    rate = (last.records - first.records) / max(last.committed_at - first.committed_at, 1e-9)
+    commit = np.array([r.commit_ms for r in done])
+    return {"rate": rate, "commit_p50": float(np.median(commit)), "commit_p99": float(np.percentile(commit, 99))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--pack", type=int, default=50)
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    broker_dir = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        broker_dir = tempfile.mkdtemp(prefix="pg-scale-kafka-")
+        bootstrap = subprocess.run(
+            ["bash", str(TOP / "tools" / "kafka.sh"), "start", broker_dir], check=True, capture_output=True, text=True
+        ).stdout.strip().splitlines()[-1]
+    rows = []
+    try:
+        topic = f"bench-scale-{int(time.time())}"
+        create_topic(bootstrap, topic, 4)
+        produce(produce_args(bootstrap, topic, args.events, 0, args.pack))
+        for ingest in (1, 2):
+            for shards in (1, 2, 4):
+                r = measure(args, bootstrap, topic, shards, ingest)
+                print(f"  {shards} shards, {ingest} ingest: {r['rate']:,.0f} events/s", file=sys.stderr)
+                rows.append((shards, ingest, r))
+    finally:
+        if broker_dir:
+            subprocess.run(["bash", str(TOP / "tools" / "kafka.sh"), "stop", broker_dir], check=False)
+    print(f"machine: {describe()}")
+    print(f"{args.events:,} tweets in messages of {args.pack}, 4 partitions, 1 s epochs")
+    print("| shards | ingest actors | events/s | commit p50 / p99 ms |")
+    print("|---|---|---|---|")
+    for shards, ingest, r in rows:
+        print(f"| {shards} | {ingest} | {r['rate']:,.0f} | {r['commit_p50']:.0f} / {r['commit_p99']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""A multi-node scenario on Ray's own test cluster (``ray.cluster_utils.Cluster``), run in its own process.
+
+The test session already holds an embedded Ray instance, and a process joins one
+cluster only; so tests/pulsegraph/test_cluster.py runs this script. It starts a
+head and two worker nodes, runs the pipeline against the real Kafka broker with
+``ray_address`` set, and checks the outcome. Exit code 0 and a JSON line on
+stdout mean every check held; anything else is a failure with the reason.
+
+    python -m tests.pulsegraph.cluster_scenario --mode spread|remove-node --bootstrap B --topic T --data-dir D
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+from pulsegraph.produce import produce
+from pulsegraph.settings import Settings
+from pulsegraph.topology import Pipeline
+from tests.graphref import reference
+from tests.ingest.test_kafka import consume_all, end_vector, produce_args
+
+# Small nodes: three of them share this machine's two cores and memory.
+NODE = {"num_cpus": 2, "object_store_memory": 120 * 1024 * 1024}
+
+
+def live_counts(graph: dict) -> tuple[int, int]:
+    return len(graph["vertices"]), sum(1 for m, _ in graph["edges"].values() if m > 0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["spread", "remove-node"], required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--data-dir", required=True)
+    args = ap.parse_args()
+
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    workers = [cluster.add_node(**NODE) for _ in range(2)]
+    cluster.wait_for_nodes()
+    settings = Settings(
+        source="kafka", bootstrap=args.bootstrap, topic=args.topic, transform="tweets", ray_address=cluster.address,
+        shards=4, ingest_actors=2, epoch_interval="300ms", data_dir=args.data_dir, checkpoint_every=2,
+    )
+    sealed: list = []
+    p = Pipeline(settings, on_epoch=lambda v: sealed.append(v.result)).start()
+    out: dict = {"mode": args.mode}
+    try:
+        if not p.wait_until_launched(120):
+            raise AssertionError("the pipeline did not launch")
+        shard_nodes = ray.get([s.node_id.remote() for s in p.shards])
+        out["shard_nodes"] = len(set(shard_nodes))
+        assert len(set(shard_nodes)) > 1, f"all shards on one node: {shard_nodes}"
+        if args.mode == "remove-node":
+            feeder = threading.Thread(
+                target=produce, args=(produce_args(_Broker(args.bootstrap), args.topic, limit=12_000, rate=2000, seed=21),)
+            )
+            feeder.start()
+            p.wait_for_epoch(lambda v: v.result.records > 3000, timeout=120)
+            victim = next(w for w in workers if w.node_id in set(shard_nodes))
+            cluster.remove_node(victim)
+            out["removed"] = victim.node_id
+            feeder.join(timeout=180)
+        records = consume_all(args.bootstrap, args.topic)
+        want_vector = end_vector(records)
+        p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
+        deadline = time.monotonic() + 120
+        while ray.get(p.coordinator.status.remote())["vector"] != want_vector and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ray.get(p.coordinator.flush.remote())
+        graph = ray.get(p.compute.snapshot.remote())
+        assert graph == reference(records, want_vector, "tweets"), "the final graph differs from the reference"
+        # Every sealed epoch the API received is exactly the reference at its vector: no partial transaction.
+        for r in sealed:
+            assert (r.vertices, r.edges) == live_counts(reference(records, r.vector, "tweets")), f"epoch {r.epoch} is partial"
+        out.update(recoveries=p.recoveries, epochs_checked=len(sealed), records=sum(map(len, records.values())))
+        if args.mode == "remove-node":
+            assert p.recoveries >= 1, "losing a node with shards did not relaunch the pipeline"
+    finally:
+        p.stop()
+        ray.shutdown()
+        cluster.shutdown()
+    print(json.dumps(out))
+    return 0
+
+
+class _Broker:
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+
+if __name__ == "__main__":
+    sys.exit(main())
