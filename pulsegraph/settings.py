@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     rank_compact_fraction: float = Field(0.05, gt=0, description="the resident graph folds its overlay of changes into its CSR past this share of the edges")
     landmarks: int = Field(16, ge=1, le=256, description="landmarks of approximate shortest paths (/v1/paths): the top vertices by TunkRank")
     landmark_drift: float = Field(0.25, ge=0, le=1, description="the landmarks are re-chosen once more than this share of them has left the TunkRank top set")
-    topics_budget: float = Field(0.2, gt=0, le=1, description="largest share of the compute stage's time the K-exposure recount may take (1: every epoch); /v1/topics says which epoch the curves were counted at")
+    topics_budget: float = Field(0.2, gt=0, le=1, description="K-exposure recounts run on a thread beside the epochs, at most this share of the time (1: within every epoch); /v1/topics says which epoch the curves were counted at")
     path_bfs_budget: int = Field(2000, ge=0, le=1_000_000, description="vertices the bidirectional BFS of /v1/paths may expand to confirm an estimate (0: never)")
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")

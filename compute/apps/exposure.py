@@ -32,6 +32,7 @@ are recounted.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +77,82 @@ def _pack(u: np.ndarray, h: np.ndarray) -> np.ndarray:
     return (u.astype(np.int64) << _SHIFT) | h.astype(np.int64)
 
 
+@dataclass(frozen=True)
+class _CountInputs:
+    """Everything a recount reads, as arrays the compute stage no longer changes (so a recount
+    can run on another thread while the next epochs are applied)."""
+
+    n: int
+    names: list  # append-only: the ids counted are all present already
+    tags: tuple[np.ndarray, np.ndarray, np.ndarray]
+    mentions: tuple[np.ndarray, np.ndarray, np.ndarray]
+    keys: np.ndarray
+    epochs: np.ndarray
+    times: np.ndarray
+
+    @classmethod
+    def of(cls, graph: AppGraph, state: ExposureState) -> "_CountInputs":
+        return cls(graph.n, graph.g.names, graph.typed(TAGS), graph.typed(MENTIONS), state.keys, state.epochs, state.times)
+
+
+def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Topic]:
+    """The K-exposure count itself (see :meth:`Exposure._count`)."""
+    t_src, t_dst, t_mult = inp.tags
+    sel = np.ones(len(t_dst), dtype=bool) if hashtags is None else np.isin(t_dst, hashtags)
+    av, ah, am = t_src[sel], t_dst[sel], t_mult[sel]
+    out: dict[int, Topic] = {}
+    if not len(av):
+        return out
+    akey = _pack(av, ah)
+    pos = np.searchsorted(inp.keys, akey)
+    ep, ts = inp.epochs[pos], inp.times[pos]
+    names = inp.names
+    _, name_rank = np.unique(np.array([names[v] for v in av.tolist()]), return_inverse=True)
+    order = np.lexsort((name_rank, ts, ep, ah))
+    rank = np.empty(len(av), dtype=np.int64)
+    rank[order] = np.arange(len(av))
+    # Exposure pairs: u mentions adopter v of h.
+    m_src, m_dst, _ = inp.mentions
+    in_ptr, in_idx = csr_pairs(inp.n, m_dst, m_src)
+    u, owner = expand(in_ptr, in_idx, av)
+    ekey = _pack(u, ah[owner])
+    asort = np.argsort(akey)
+    sorted_akey = akey[asort]
+    p = np.minimum(np.searchsorted(sorted_akey, ekey), len(akey) - 1)
+    is_adopter = sorted_akey[p] == ekey
+    rank_u = np.where(is_adopter, rank[asort[p]], 0)
+    earlier = is_adopter & (rank[owner] < rank_u)
+    uniq, inv = np.unique(ekey, return_inverse=True)
+    total = np.bincount(inv, minlength=len(uniq))
+    before = np.bincount(inv, weights=earlier, minlength=len(uniq)).astype(np.int64)
+    adopter = np.zeros(len(uniq), dtype=bool)
+    adopter[inv[is_adopter]] = True
+    tags = np.unique(ah)
+    hi = np.searchsorted(tags, uniq & _LOW)
+    level = np.minimum(np.where(adopter, before, total), MAX_K)
+    reached = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
+    np.add.at(reached, (hi, level), 1)
+    reached = np.cumsum(reached[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
+    adopted = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
+    hit = adopter & (before >= 1) & (before <= MAX_K)
+    np.add.at(adopted, (hi[hit], before[hit]), 1)
+    usage = np.bincount(np.searchsorted(tags, ah), weights=am, minlength=len(tags)).astype(np.int64)
+    users = np.bincount(np.searchsorted(tags, ah), minlength=len(tags))
+    for i, h in enumerate(tags.tolist()):
+        out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
+    return out
+
+
+def _merged(state: ExposureState, counted: dict[int, Topic], epoch: int, hashtags: np.ndarray | None) -> ExposureState:
+    """``state`` with the recounted ``hashtags`` (None: all) replaced, counted as of ``epoch``;
+    a recounted hashtag nobody tags any more drops out."""
+    topics = {} if hashtags is None else dict(state.topics)
+    for x in [] if hashtags is None else hashtags.tolist():
+        topics.pop(x, None)
+    topics.update(counted)
+    return ExposureState(state.keys, state.epochs, state.times, topics, epoch)
+
+
 class Exposure(Application):
     name = "topics"
 
@@ -90,6 +167,10 @@ class Exposure(Application):
         self._budget = budget if budget is not None and budget < 1 else None
         self._pending: set[int] = set()
         self._next_count_at = 0.0
+        # With a budget, recounts run on their own thread (NumPy releases the GIL in its sorts),
+        # one at a time, so a long recount never holds up an epoch.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
+        self._running: tuple[Future, int, float, np.ndarray | None] | None = None  # (future, epoch, started, hashtags)
 
     # -- stamps ------------------------------------------------------------------------------
     def _stamp(self, graph: AppGraph, state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:
@@ -116,50 +197,8 @@ class Exposure(Application):
     # -- counting ----------------------------------------------------------------------------
     def _count(self, graph: AppGraph, state: ExposureState, hashtags: np.ndarray | None) -> dict[int, Topic]:
         """Topics of ``hashtags`` (None: every tagged hashtag), recounted from the live graph."""
-        t_src, t_dst, t_mult = graph.typed(TAGS)
-        sel = np.ones(len(t_dst), dtype=bool) if hashtags is None else np.isin(t_dst, hashtags)
-        av, ah, am = t_src[sel], t_dst[sel], t_mult[sel]
-        out: dict[int, Topic] = {}
-        if not len(av):
-            return out
-        akey = _pack(av, ah)
-        pos = np.searchsorted(state.keys, akey)
-        ep, ts = state.epochs[pos], state.times[pos]
-        names = graph.g.names
-        _, name_rank = np.unique(np.array([names[v] for v in av.tolist()]), return_inverse=True)
-        order = np.lexsort((name_rank, ts, ep, ah))
-        rank = np.empty(len(av), dtype=np.int64)
-        rank[order] = np.arange(len(av))
-        # Exposure pairs: u mentions adopter v of h.
-        m_src, m_dst, _ = graph.typed(MENTIONS)
-        in_ptr, in_idx = csr_pairs(graph.n, m_dst, m_src)
-        u, owner = expand(in_ptr, in_idx, av)
-        ekey = _pack(u, ah[owner])
-        asort = np.argsort(akey)
-        sorted_akey = akey[asort]
-        p = np.minimum(np.searchsorted(sorted_akey, ekey), len(akey) - 1)
-        is_adopter = sorted_akey[p] == ekey
-        rank_u = np.where(is_adopter, rank[asort[p]], 0)
-        earlier = is_adopter & (rank[owner] < rank_u)
-        uniq, inv = np.unique(ekey, return_inverse=True)
-        total = np.bincount(inv, minlength=len(uniq))
-        before = np.bincount(inv, weights=earlier, minlength=len(uniq)).astype(np.int64)
-        adopter = np.zeros(len(uniq), dtype=bool)
-        adopter[inv[is_adopter]] = True
-        tags = np.unique(ah)
-        hi = np.searchsorted(tags, uniq & _LOW)
-        level = np.minimum(np.where(adopter, before, total), MAX_K)
-        reached = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
-        np.add.at(reached, (hi, level), 1)
-        reached = np.cumsum(reached[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
-        adopted = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
-        hit = adopter & (before >= 1) & (before <= MAX_K)
-        np.add.at(adopted, (hi[hit], before[hit]), 1)
-        usage = np.bincount(np.searchsorted(tags, ah), weights=am, minlength=len(tags)).astype(np.int64)
-        users = np.bincount(np.searchsorted(tags, ah), minlength=len(tags))
-        for i, h in enumerate(tags.tolist()):
-            out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
-        return out
+        return _count_from(_CountInputs.of(graph, state), hashtags)
+
 
     # -- the application contract ------------------------------------------------------------
     def initialize(self, graph: AppGraph) -> ExposureState:
@@ -167,18 +206,13 @@ class Exposure(Application):
         self._restored = None
         t_src, t_dst, _ = graph.typed(TAGS)
         state = self._stamp(graph, state, t_src, t_dst)
-        state.topics = self._timed_count(graph, state, None)
-        state.as_of = graph.epoch
         self._pending.clear()
+        if self._pool is not None:
+            return self._background(graph, state, everything=True)
+        state.topics = self._count(graph, state, None)
+        state.as_of = graph.epoch
         return state
 
-    def _timed_count(self, graph: AppGraph, state: ExposureState, hashtags: np.ndarray | None) -> dict[int, Topic]:
-        t0 = time.monotonic()
-        topics = self._count(graph, state, hashtags)
-        if self._budget is not None:
-            spent = time.monotonic() - t0
-            self._next_count_at = time.monotonic() + spent * (1.0 / self._budget - 1.0)
-        return topics
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: ExposureState) -> ExposureState:
         s, h = delta.inserted(TAGS)
@@ -190,15 +224,32 @@ class Exposure(Application):
             t_src, t_dst, _ = graph.typed(TAGS)
             affected.append(t_dst[np.isin(t_src, m_dst)])
         self._pending.update(np.unique(np.concatenate(affected)).tolist())
-        if not self._pending or (self._budget is not None and time.monotonic() < self._next_count_at):
-            return state  # counted later; the stamps above keep the order exact meanwhile
-        hashtags = np.array(sorted(self._pending), dtype=np.int64)
-        self._pending.clear()
-        topics = dict(state.topics)
-        for x in hashtags.tolist():
-            topics.pop(x, None)
-        topics.update(self._timed_count(graph, state, hashtags))
-        return ExposureState(state.keys, state.epochs, state.times, topics, graph.epoch)
+        if self._pool is None:
+            if not self._pending:
+                return state
+            hashtags = np.array(sorted(self._pending), dtype=np.int64)
+            self._pending.clear()
+            return _merged(state, self._count(graph, state, hashtags), graph.epoch, hashtags)
+        return self._background(graph, state)
+
+    def _background(self, graph: AppGraph, state: ExposureState, everything: bool = False) -> ExposureState:
+        """Take a finished recount in; start the next one when one is due and the budget allows."""
+        if self._running is not None and self._running[0].done():
+            future, counted_at, started, counted = self._running
+            self._running = None
+            state = _merged(state, future.result(), counted_at, counted)
+            spent = time.monotonic() - started
+            self._next_count_at = time.monotonic() + spent * (1.0 / self._budget - 1.0)
+        if everything and self._running is not None:
+            self._running[0].result()  # a full recount supersedes the one in flight
+            self._running = None
+        if self._running is None and (everything or (self._pending and time.monotonic() >= self._next_count_at)):
+            # Counted on the side, as of this epoch; the stamps keep the adoption order exact meanwhile.
+            hashtags = None if everything else np.array(sorted(self._pending), dtype=np.int64)
+            self._pending.clear()
+            inputs = _CountInputs.of(graph, state)
+            self._running = (self._pool.submit(_count_from, inputs, hashtags), graph.epoch, time.monotonic(), hashtags)
+        return state
 
     def publish(self, state: ExposureState) -> dict:
         ids = np.array(sorted(state.topics), dtype=np.int64)
