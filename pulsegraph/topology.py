@@ -94,6 +94,7 @@ class Pipeline:
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
+        self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
         self.sizing: dict = {}
 
@@ -247,6 +248,11 @@ class Pipeline:
 
     def _relaunch(self, why: str) -> None:
         """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source."""
+        with self._lifecycle:
+            if not self._stop.is_set():
+                self._relaunch_locked(why)
+
+    def _relaunch_locked(self, why: str) -> None:
         self.recoveries += 1
         log.error("pipeline lost (%s); relaunching from the newest checkpoint (recovery %d)", why, self.recoveries)
         self._status = {**self._status, "status": "degraded", "ingest": "recovering", "error": why}
@@ -358,6 +364,10 @@ class Pipeline:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lifecycle:  # a relaunch in progress finishes first, so nothing is left behind
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
         if self.feed is not None:
             self.feed.stop()
         for a in self.ingest:
