@@ -17,6 +17,7 @@ message packing (one event per message, and ``--pack`` events per message):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,21 @@ from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
 TOP = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None):
+    """The broker at ``bootstrap``, or one started with tools/kafka.sh for the duration (and stopped)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    folder = tempfile.mkdtemp(prefix="pg-bench-kafka-")
+    kafka_sh = ["bash", str(TOP / "tools" / "kafka.sh")]
+    out = subprocess.run([*kafka_sh, "start", folder], check=True, capture_output=True, text=True)
+    try:
+        yield out.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([*kafka_sh, "stop", folder], check=False)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -150,23 +166,13 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
-    broker_dir = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        broker_dir = tempfile.mkdtemp(prefix="pg-bench-kafka-")
-        bootstrap = subprocess.run(
-            ["bash", str(TOP / "tools" / "kafka.sh"), "start", broker_dir], check=True, capture_output=True, text=True
-        ).stdout.strip().splitlines()[-1]
     rows = []
-    try:
+    with broker(args.bootstrap) as bootstrap:
         for pack in (1, args.pack):
             print(f"events per message: {pack}", file=sys.stderr)
             cap = capacity(args, bootstrap, pack)
             tl = timeliness(args, bootstrap, pack)
             rows.append((pack, cap, tl))
-    finally:
-        if broker_dir:
-            subprocess.run(["bash", str(TOP / "tools" / "kafka.sh"), "stop", broker_dir], check=False)
     print(f"machine: {machine()}")
     print(f"{args.ingest_actors} ingest actors, {args.shards} shards, 1 s epochs; capacity over {args.events:,} pre-produced events; "
           f"timeliness at {args.rate:,.0f} events/s offered for {args.seconds:.0f} s")

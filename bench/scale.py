@@ -12,14 +12,13 @@ events sealed with results per second from the first epoch to the last.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-from bench.ingest import TOP, create_topic, produce_args, run_pipeline
+from bench.ingest import broker, create_topic, produce_args, run_pipeline
 from bench.machine import describe
 from pulsegraph.produce import produce
 
@@ -48,15 +47,8 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
-    broker_dir = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        broker_dir = tempfile.mkdtemp(prefix="pg-scale-kafka-")
-        bootstrap = subprocess.run(
-            ["bash", str(TOP / "tools" / "kafka.sh"), "start", broker_dir], check=True, capture_output=True, text=True
-        ).stdout.strip().splitlines()[-1]
     rows = []
-    try:
+    with broker(args.bootstrap) as bootstrap:
         topic = f"bench-scale-{int(time.time())}"
         create_topic(bootstrap, topic, 4)
         produce(produce_args(bootstrap, topic, args.events, 0, args.pack))
@@ -65,9 +57,6 @@ def main() -> int:
                 r = measure(args, bootstrap, topic, shards, ingest)
                 print(f"  {shards} shards, {ingest} ingest: {r['rate']:,.0f} events/s", file=sys.stderr)
                 rows.append((shards, ingest, r))
-    finally:
-        if broker_dir:
-            subprocess.run(["bash", str(TOP / "tools" / "kafka.sh"), "stop", broker_dir], check=False)
     print(f"machine: {describe()}")
     print(f"{args.events:,} tweets in messages of {args.pack}, 4 partitions, 1 s epochs")
     print("| shards | ingest actors | events/s | commit p50 / p99 ms |")

@@ -361,3 +361,29 @@ class ResidualSolver:
         k = int(xp.searchsorted(mass, budget, side="right"))
         theta = float(2.0 ** (lo + k))
         return xp.nonzero(a >= theta)[0]
+
+
+class SolvedRanking:
+    """What PageRank and TunkRank share: a :class:`ResidualSolver` on the resident graph, driven
+    through its epoch lifecycle. Subclasses set ``self.solver`` and define ``scores``."""
+
+    solver: ResidualSolver
+
+    def initialize(self, method: str | None = None) -> SolveStats:
+        """From scratch on the graph as it is (``krylov`` or ``power``; the solver's choice by default)."""
+        self.solver.grow()
+        return self.solver.scratch(method)
+
+    def retract(self, rows) -> None:
+        self.solver.grow()
+        self.solver.retract(rows)
+
+    def forget(self) -> None:
+        """The graph changes without ``retract``: the next ``update`` re-solves from one sweep's residual."""
+        self.solver.forget()
+
+    def update(self, rows, method: str) -> SolveStats:
+        """After the graph absorbed an epoch: fold the changed rows back in and re-solve."""
+        self.solver.grow()
+        self.solver.reinstate(rows)
+        return self.solver.solve(method)

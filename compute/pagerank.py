@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from compute.backend import Backend, numpy_backend
 from compute.exceptions import PowerIterationFailedConvergence
-from compute.incremental import ResidualSolver, SolveStats
+from compute.incremental import ResidualSolver, SolvedRanking
 from compute.resident import ResidentGraph
 
 DAMPING = 0.85
@@ -52,7 +52,7 @@ def pagerank_target(alpha: float, tol: float):
     return target
 
 
-class PageRank:
+class PageRank(SolvedRanking):
     """The incremental algorithm object the compute actor drives, one per ranked graph."""
 
     name = "pagerank"
@@ -62,25 +62,6 @@ class PageRank:
         max_iter: int = DEFAULT_MAX_ITER, dense_switch: float = 0.25,
     ) -> None:
         self.solver = ResidualSolver(graph, alpha, pagerank_target(alpha, tol), max_iter, self.name, tol, dense_switch)
-
-    def initialize(self, method: str | None = None) -> SolveStats:
-        """From scratch on the graph as it is (``krylov`` or ``power``; the solver's choice by default)."""
-        self.solver.grow()
-        return self.solver.scratch(method)
-
-    def retract(self, rows) -> None:
-        self.solver.grow()
-        self.solver.retract(rows)
-
-    def forget(self) -> None:
-        """The graph changes without ``retract``: the next ``update`` re-solves from one sweep's residual."""
-        self.solver.forget()
-
-    def update(self, rows, method: str) -> SolveStats:
-        """After the graph absorbed an epoch: fold the changed rows back in and re-solve."""
-        self.solver.grow()
-        self.solver.reinstate(rows)
-        return self.solver.solve(method)
 
     def scores(self):
         """Ranks on the device, summing to 1."""

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from compute.backend import Backend, numpy_backend
 from compute.exceptions import PowerIterationFailedConvergence
-from compute.incremental import ResidualSolver, SolveStats
+from compute.incremental import ResidualSolver, SolvedRanking
 from compute.pagerank import DEFAULT_MAX_ITER, DEFAULT_TOL, RankResult
 from compute.resident import ResidentGraph
 
@@ -47,7 +47,7 @@ def tunkrank_target(p: float, tol: float):
     return target
 
 
-class TunkRank:
+class TunkRank(SolvedRanking):
     name = "tunkrank"
 
     def __init__(
@@ -58,23 +58,6 @@ class TunkRank:
             raise ValueError(f"TunkRank needs 0 < p < 1, got {p}")
         self.p = p
         self.solver = ResidualSolver(graph, p, tunkrank_target(p, tol), max_iter, self.name, tol, dense_switch)
-
-    def initialize(self, method: str | None = None) -> SolveStats:
-        self.solver.grow()
-        return self.solver.scratch(method)
-
-    def retract(self, rows) -> None:
-        self.solver.grow()
-        self.solver.retract(rows)
-
-    def forget(self) -> None:
-        """The graph changes without ``retract``: the next ``update`` re-solves from one sweep's residual."""
-        self.solver.forget()
-
-    def update(self, rows, method: str) -> SolveStats:
-        self.solver.grow()
-        self.solver.reinstate(rows)
-        return self.solver.solve(method)
 
     def scores(self):
         """Influence on the device (not normalised; 0 for a vertex nobody follows)."""
