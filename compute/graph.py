@@ -51,12 +51,14 @@ class _ShardEdges:
         self.etype = Column(np.int16)
         self.mult = Column(np.int64)
         self.weight = Column(np.int64)
+        self.first_ts = Column(np.float64)  # earliest add time of the edge (+inf: none)
 
     def grow(self, slots: int) -> None:
         extra = slots - len(self.src)
         if extra > 0:
             for c in (self.src, self.dst, self.etype, self.mult, self.weight):
                 c.extend(np.zeros(extra, dtype=c.view.dtype))
+            self.first_ts.extend(np.full(extra, np.inf))
 
 
 class GlobalGraph:
@@ -124,6 +126,8 @@ class GlobalGraph:
             se.etype.view[s] = tmap[delta.e_type]
             se.mult.view[s] = delta.e_mult
             se.weight.view[s] = delta.e_weight
+            if len(delta.e_first_ts) == len(s):
+                se.first_ts.view[s] = delta.e_first_ts
             return EdgeChanges(
                 se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
                 delta.e_mult.copy(), delta.e_weight.copy(),
@@ -196,8 +200,11 @@ class GlobalGraph:
 
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot."""
-        edges = {}
+        edges, first = {}, {}
         for se in self._shards.values():
-            for s, d, t, m, w in zip(se.src.view, se.dst.view, se.etype.view, se.mult.view, se.weight.view):
-                edges[(self.names[s], self.names[d], self.types[t])] = (int(m), int(w))
-        return {"vertices": {name: self.attrs.get(i) for i, name in enumerate(self.names)}, "edges": edges}
+            cols = (se.src.view, se.dst.view, se.etype.view, se.mult.view, se.weight.view, se.first_ts.view)
+            for s, d, t, m, w, f in zip(*cols):
+                key = (self.names[s], self.names[d], self.types[t])
+                edges[key], first[key] = (int(m), int(w)), float(f)
+        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names)}
+        return {"vertices": vertices, "edges": edges, "first_ts": first}

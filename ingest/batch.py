@@ -32,6 +32,7 @@ class ShardBatch:
     e_type: list[str] = field(default_factory=list)
     e_sign: list[int] = field(default_factory=list)
     e_weight: list[int] = field(default_factory=list)
+    e_ts: list[float] = field(default_factory=list)
     v_part: list[int] = field(default_factory=list)
     v_off: list[int] = field(default_factory=list)
     v_id: list[str] = field(default_factory=list)
@@ -86,6 +87,7 @@ class Router:
                 b.e_type.append(u.type)
                 b.e_sign.append(u.sign)
                 b.e_weight.append(u.weight)
+                b.e_ts.append(u.ts)
             elif isinstance(u, VertexUpdate):
                 s = self._shard(u.id)
                 b = self.batches[s]

@@ -65,13 +65,15 @@ class Tweet(msgspec.Struct):
 
 
 class EdgeUpdate(NamedTuple):
-    """Add (sign=+1) or remove (sign=-1) one unit of multiplicity and ``weight`` (fixed point)."""
+    """Add (sign=+1) or remove (sign=-1) one unit of multiplicity and ``weight`` (fixed point);
+    ``ts`` is the event's time (0 when it has none): an edge keeps the earliest ``ts`` of its adds."""
 
     src: str
     dst: str
     type: str
     sign: int
     weight: int
+    ts: float = 0.0
 
 
 class VertexUpdate(NamedTuple):

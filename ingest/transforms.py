@@ -57,7 +57,6 @@ def edges_transform(event: GraphEvent) -> list[Update]:
     if isinstance(event, UpsertVertex):
         return [VertexUpdate(check_id(event.id, "id"), dict(event.attrs), check_ts(event.ts))]
     sign = 1 if isinstance(event, AddEdge) else -1
-    check_ts(event.ts)
     return [
         EdgeUpdate(
             check_id(event.src, "src"),
@@ -65,6 +64,7 @@ def edges_transform(event: GraphEvent) -> list[Update]:
             check_edge_type(event.type),
             sign,
             fixed_weight(event.weight),
+            check_ts(event.ts),
         )
     ]
 
@@ -85,10 +85,10 @@ def tweets_transform(tweet: Tweet) -> list[Update]:
     one = fixed_weight(1.0)
     out: list[Update] = [VertexUpdate(user, {"kind": "user", "last_seen": ts}, ts)]
     for m in mentions:
-        out.append(EdgeUpdate(user, check_id(m, "mentions[]"), "mentions", 1, one))
+        out.append(EdgeUpdate(user, check_id(m, "mentions[]"), "mentions", 1, one, ts))
     for t in tags:
         tag = check_id("#" + t if t else "", "hashtags[]")
-        out.append(EdgeUpdate(user, tag, "tags", 1, one))
+        out.append(EdgeUpdate(user, tag, "tags", 1, one, ts))
         out.append(VertexUpdate(tag, {"kind": "hashtag"}, ts))
     return out
 

@@ -32,6 +32,7 @@ class EpochDelta:
     e_type: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
     e_mult: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     e_weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    e_first_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     # True when the delta holds the shard's whole state (the first epoch after a restore).
     full: bool = False
 

@@ -43,14 +43,17 @@ class EdgeTable:
         self.etype = Column(np.int16)
         self.mult = Column(np.int64)
         self.weight = Column(np.int64)
+        # The earliest event time among the edge's adds (+inf before any): min commutes, so it is a
+        # pure function of the epoch vector like the sums. K-exposure orders adopters by it.
+        self.first_ts = Column(np.float64)
         self._keys = np.zeros(0, dtype=np.uint64)
         self._slots = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.src)
 
-    def apply(self, src, dst, etype, dmult, dweight) -> np.ndarray:
-        """Add signed multiplicities and weights; returns the touched slots."""
+    def apply(self, src, dst, etype, dmult, dweight, ts=None) -> np.ndarray:
+        """Add signed multiplicities and weights (and fold the adds' ``ts`` into ``first_ts``); returns the touched slots."""
         if len(src) == 0:
             return np.zeros(0, dtype=np.int64)
         keys = (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
@@ -60,6 +63,8 @@ class EdgeTable:
         uniq = sk[starts]
         dm = np.add.reduceat(dmult[order].astype(np.int64), starts)
         dw = np.add.reduceat(dweight[order].astype(np.int64), starts)
+        adds_ts = np.full(len(keys), np.inf) if ts is None else np.where(dmult > 0, ts, np.inf)
+        dt = np.minimum.reduceat(adds_ts[order].astype(np.float64), starts)
 
         pos = np.searchsorted(self._keys, uniq)
         found = np.zeros(len(uniq), dtype=bool)
@@ -69,6 +74,7 @@ class EdgeTable:
         old = self._slots[pos[found]]
         self.mult.view[old] += dm[found]
         self.weight.view[old] += dw[found]
+        self.first_ts.view[old] = np.minimum(self.first_ts.view[old], dt[found])
 
         new = ~found
         fresh = np.arange(len(self), len(self) + int(new.sum()), dtype=np.int64)
@@ -78,16 +84,29 @@ class EdgeTable:
         self.etype.extend((nk & np.uint64(MAX_TYPES - 1)).astype(np.int16))
         self.mult.extend(dm[new])
         self.weight.extend(dw[new])
+        self.first_ts.extend(dt[new])
         self._keys = np.insert(self._keys, pos[new], nk)
         self._slots = np.insert(self._slots, pos[new], fresh)
         return np.concatenate([old, fresh])
+
+    def load(self, cols: dict) -> None:
+        """Columns saved by a checkpoint, slots as they were; the key index is rebuilt."""
+        for name in ("src", "dst", "etype", "mult", "weight", "first_ts"):
+            getattr(self, name).extend(cols[name])
+        keys = (
+            (self.src.view.astype(np.uint64) << SRC_SHIFT)
+            | (self.dst.view.astype(np.uint64) << DST_SHIFT)
+            | self.etype.view.astype(np.uint64)
+        )
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._slots = keys[order], order.astype(np.int64)
 
     def live(self) -> int:
         return int(np.count_nonzero(self.mult.view > 0))
 
     @property
     def nbytes(self) -> int:
-        cols = (self.src, self.dst, self.etype, self.mult, self.weight)
+        cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.first_ts)
         return sum(c.nbytes for c in cols) + self._keys.nbytes + self._slots.nbytes
 
 
@@ -156,6 +175,7 @@ class ShardStore:
         v_id = self._intern(batch.v_id)
         e_sign = np.asarray(batch.e_sign, dtype=np.int8)
         e_w = np.asarray(batch.e_weight, dtype=np.int64)
+        e_ts = np.asarray(batch.e_ts if len(batch.e_ts) == len(batch.e_off) else [0.0] * len(batch.e_off), dtype=np.float64)
         kept = 0
         for pi, name in enumerate(batch.partitions):
             buf = self._buffers.setdefault(name, _PartitionBuffer())
@@ -169,7 +189,7 @@ class ShardStore:
             em &= np.isin(e_off, fresh)
             vm &= np.isin(v_off, fresh)
             if em.any():
-                buf.edges.append((e_off[em], e_src[em], e_dst[em], e_type[em], e_sign[em], e_w[em]))
+                buf.edges.append((e_off[em], e_src[em], e_dst[em], e_type[em], e_sign[em], e_w[em], e_ts[em]))
             if vm.any():
                 idx = np.flatnonzero(vm)
                 seq = _run_index(v_off[idx])
@@ -217,8 +237,8 @@ class ShardStore:
             buf.vertices = keep
 
         if edge_parts:
-            off, src, dst, typ, sign, w = (np.concatenate(c) for c in zip(*edge_parts))
-            touched = self.edges.apply(src, dst, typ, sign.astype(np.int64), w * sign)
+            off, src, dst, typ, sign, w, ts = (np.concatenate(c) for c in zip(*edge_parts))
+            touched = self.edges.apply(src, dst, typ, sign.astype(np.int64), w * sign, ts)
         else:
             src = dst = np.zeros(0, dtype=np.int32)
             touched = np.zeros(0, dtype=np.int64)
@@ -273,6 +293,7 @@ class ShardStore:
             e_type=type_map[e.etype.view[touched]],
             e_mult=e.mult.view[touched].copy(),
             e_weight=e.weight.view[touched].copy(),
+            e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
         )
         summary = ShardSummary(
@@ -301,7 +322,7 @@ class ShardStore:
                 "exists": exists.copy(),
                 "attrs": self.attrs,
                 "stamps": self._stamps,
-                "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight")},
+                "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")},
             },
             protocol=5,
         )
@@ -317,22 +338,20 @@ class ShardStore:
         store.types.ids(st["types"])
         store.exists.extend(st["exists"])
         store.attrs, store._stamps = st["attrs"], st["stamps"]
-        cols = st["edges"]
-        if len(cols["src"]):
-            store.edges.apply(cols["src"], cols["dst"], cols["etype"], cols["mult"], cols["weight"])
+        store.edges.load(st["edges"])
         store._resend_all = True
         return store
 
     # -- reading ------------------------------------------------------------
     def snapshot(self) -> dict:
-        """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``."""
+        """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``
+        (and ``first_ts``: {(s, d, t): earliest add time})."""
         names, types, e = self.vertices.names, self.types.names, self.edges
         verts = {names[i]: self.attrs.get(int(i)) for i in np.flatnonzero(self.exists.view)}
-        edges = {
-            (names[s], names[d], types[t]): (int(m), int(w))
-            for s, d, t, m, w in zip(e.src.view, e.dst.view, e.etype.view, e.mult.view, e.weight.view)
-        }
-        return {"vertices": verts, "edges": edges}
+        keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view, e.dst.view, e.etype.view)]
+        edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view, e.weight.view)}
+        first = {k: float(f) for k, f in zip(keys, e.first_ts.view)}
+        return {"vertices": verts, "edges": edges, "first_ts": first}
 
 
 def _run_index(offsets: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ exists once any update touched it.
 
 from __future__ import annotations
 
+import math
+
 from ingest.events import EdgeUpdate
 from ingest.exceptions import BadRecord
 from ingest.transforms import get_transform
@@ -18,6 +20,7 @@ def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int
     edges: dict[tuple, tuple[int, int]] = {}
     vertices: dict[str, dict | None] = {}
     stamps: dict[str, tuple] = {}
+    first: dict[tuple, float] = {}  # earliest add time per edge
     for p, recs in records.items():
         for offset, raw in recs:
             if offset >= vector.get(p, 0):
@@ -33,8 +36,10 @@ def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int
                     continue
             for i, u in enumerate(updates):
                 if isinstance(u, EdgeUpdate):
-                    m, w = edges.get((u.src, u.dst, u.type), (0, 0))
-                    edges[(u.src, u.dst, u.type)] = (m + u.sign, w + u.sign * u.weight)
+                    key = (u.src, u.dst, u.type)
+                    m, w = edges.get(key, (0, 0))
+                    edges[key] = (m + u.sign, w + u.sign * u.weight)
+                    first[key] = min(first.get(key, math.inf), u.ts if u.sign > 0 else math.inf)
                     vertices.setdefault(u.src, None)
                     vertices.setdefault(u.dst, None)
                 else:
@@ -43,19 +48,21 @@ def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int
                     if u.id not in stamps or stamp > stamps[u.id]:
                         stamps[u.id] = stamp
                         vertices[u.id] = u.attrs
-    return {"vertices": vertices, "edges": edges}
+    return {"vertices": vertices, "edges": edges, "first_ts": first}
 
 
 def merge(snapshots: list[dict]) -> dict:
     """The whole graph from the shards' snapshots (each edge lives on one shard; attributes on one)."""
     vertices: dict = {}
     edges: dict = {}
+    first: dict = {}
     for s in snapshots:
         for name, attrs in s["vertices"].items():
             if attrs is not None or name not in vertices:
                 vertices[name] = attrs
         edges.update(s["edges"])
-    return {"vertices": vertices, "edges": edges}
+        first.update(s["first_ts"])
+    return {"vertices": vertices, "edges": edges, "first_ts": first}
 
 
 def live_digraph(graph: dict, types: tuple[str, ...] | None = None):

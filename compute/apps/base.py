@@ -85,6 +85,26 @@ class AppGraph:
             self._typed[etype] = got
         return got
 
+    def first_seen(self, etype: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The earliest add time of each live (src, dst) edge of ``etype`` (+inf where unknown)."""
+        out = np.full(len(src), np.inf)
+        if etype not in self.g.types or not len(src):
+            return out
+        t = self.g.types.index(etype)
+        ks, fs = [], []
+        for se in self.g._shards.values():
+            keep = (se.mult.view > 0) & (se.etype.view == t)
+            ks.append((se.src.view[keep].astype(np.int64) << 32) | se.dst.view[keep].astype(np.int64))
+            fs.append(se.first_ts.view[keep])
+        keys, first = np.concatenate(ks), np.concatenate(fs)
+        order = np.argsort(keys)
+        keys, first = keys[order], first[order]
+        want = (src.astype(np.int64) << 32) | dst.astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        hit = (len(keys) > 0) & (keys[pos] == want) if len(keys) else np.zeros(len(want), dtype=bool)
+        out[hit] = first[pos[hit]]
+        return out
+
 
 @dataclass
 class AppDelta:

@@ -16,14 +16,13 @@ counted as 0, and 0 for an empty curve. F is near 1 when repeated exposure
 keeps paying off (the sticky, controversial topics: politics in the paper), and
 small when adoption peaks at one or two exposures and falls off (idioms, memes).
 
-**Before** needs time order. The snapshot stage keeps no time on edges, so the
-compute stage stamps each (user, hashtag) pair when its ``tags`` edge first goes
-live: ``(epoch, user's last_seen tweet time in that epoch, user name)``. The
-epoch comes first because a tweet is visible in an epoch entirely or not at
-all; within one epoch the tweet time orders adopters, and the name breaks ties
-deterministically. The stamp is kept in the compute checkpoint (see
-:meth:`Exposure.state_dict`), so a restart does not re-stamp old adoptions.
-The first epoch after a restore without stamps counts as one epoch.
+**Before** is the time of the tagging tweet itself: every edge keeps the
+earliest event time among its adds (``first_ts``, folded with ``min`` in the
+shards, so it is a pure function of the epoch vector like the edge sums), and
+adopters are ordered by that time, then by user name. Where a graph carries no
+edge times (``+inf``), the order falls back to the epoch the edge went live in,
+then the user's last tweet time. Adoption stamps are kept in the compute
+checkpoint (see :meth:`Exposure.state_dict`).
 
 Per epoch only the hashtags whose adopters or whose adopters' mentioners changed
 are recounted.
@@ -85,6 +84,7 @@ class _CountInputs:
     n: int
     names: list  # append-only: the ids counted are all present already
     tags: tuple[np.ndarray, np.ndarray, np.ndarray]
+    tags_first: np.ndarray  # earliest add time of each tags edge above (+inf: the graph has no edge times)
     mentions: tuple[np.ndarray, np.ndarray, np.ndarray]
     keys: np.ndarray
     epochs: np.ndarray
@@ -92,7 +92,9 @@ class _CountInputs:
 
     @classmethod
     def of(cls, graph: AppGraph, state: ExposureState) -> "_CountInputs":
-        return cls(graph.n, graph.g.names, graph.typed(TAGS), graph.typed(MENTIONS), state.keys, state.epochs, state.times)
+        tags = graph.typed(TAGS)
+        first = graph.first_seen(TAGS, tags[0], tags[1])
+        return cls(graph.n, graph.g.names, tags, first, graph.typed(MENTIONS), state.keys, state.epochs, state.times)
 
 
 def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Topic]:
@@ -106,6 +108,10 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     akey = _pack(av, ah)
     pos = np.searchsorted(inp.keys, akey)
     ep, ts = inp.epochs[pos], inp.times[pos]
+    # The tagging tweet's time as the edge knows it now (an earlier tweet may have arrived in a later epoch).
+    first = inp.tags_first[sel]
+    known = np.isfinite(first)
+    ep, ts = np.where(known, 0, ep), np.where(known, first, ts)
     names = inp.names
     _, name_rank = np.unique(np.array([names[v] for v in av.tolist()]), return_inverse=True)
     order = np.lexsort((name_rank, ts, ep, ah))
@@ -183,13 +189,20 @@ class Exposure(Application):
             keys = keys[state.keys[pos] != keys]
         if not len(keys):
             return state
+        # The time of the tagging itself: the tags edge's earliest add (the tweet's ts), a pure
+        # function of the epoch vector. Where a graph carries no edge times, fall back to the
+        # epoch the edge went live in, then the user's last tweet time.
+        first = graph.first_seen(TAGS, keys >> _SHIFT, keys & _LOW)
+        known = np.isfinite(first)
         attrs = graph.g.attrs
-        ts = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()])
+        last_seen = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()])
+        ts = np.where(known, first, last_seen)
+        epochs = np.where(known, 0, graph.epoch).astype(np.int64)
         all_keys = np.concatenate([state.keys, keys])
         order = np.argsort(all_keys, kind="stable")
         return ExposureState(
             all_keys[order],
-            np.concatenate([state.epochs, np.full(len(keys), graph.epoch, dtype=np.int64)])[order],
+            np.concatenate([state.epochs, epochs])[order],
             np.concatenate([state.times, ts])[order],
             state.topics,
         )

@@ -338,7 +338,7 @@ def test_router_puts_updates_on_their_vertex_shard():
         assert len(set(b.partitions)) == len(b.partitions)
         for i in range(len(b.e_off)):
             assert shard_of(b.e_src[i], n) == s
-            e = EdgeUpdate(b.e_src[i], b.e_dst[i], b.e_type[i], b.e_sign[i], b.e_weight[i])
+            e = EdgeUpdate(b.e_src[i], b.e_dst[i], b.e_type[i], b.e_sign[i], b.e_weight[i], b.e_ts[i])
             got_edges.append((b.partitions[b.e_part[i]], b.e_off[i], e))
         for i in range(len(b.v_off)):
             assert shard_of(b.v_id[i], n) == s

@@ -36,7 +36,7 @@ def test_add_edge_defaults():
 
 def test_add_edge_weight_is_fixed_point_and_type_kept():
     out = edges(rec({"op": "add_edge", "src": "a", "dst": "b", "weight": 2.5, "type": "follows", "ts": 12.0}))
-    assert out == [EdgeUpdate("a", "b", "follows", 1, 2_500_000)]
+    assert out == [EdgeUpdate("a", "b", "follows", 1, 2_500_000, 12.0)]
     assert isinstance(out[0].weight, int)
 
 
@@ -246,11 +246,11 @@ def test_tweet_mentions_and_tags():
     one = WEIGHT_SCALE
     assert out == [
         VertexUpdate("alice", {"kind": "user", "last_seen": 100.0}, 100.0),
-        EdgeUpdate("alice", "bob", "mentions", 1, one),
-        EdgeUpdate("alice", "carol", "mentions", 1, one),
-        EdgeUpdate("alice", "#rust", "tags", 1, one),
+        EdgeUpdate("alice", "bob", "mentions", 1, one, 100.0),
+        EdgeUpdate("alice", "carol", "mentions", 1, one, 100.0),
+        EdgeUpdate("alice", "#rust", "tags", 1, one, 100.0),
         VertexUpdate("#rust", {"kind": "hashtag"}, 100.0),
-        EdgeUpdate("alice", "#go", "tags", 1, one),
+        EdgeUpdate("alice", "#go", "tags", 1, one, 100.0),
         VertexUpdate("#go", {"kind": "hashtag"}, 100.0),
     ]
 
