@@ -101,6 +101,14 @@ def capacity(args, bootstrap: str, pack: int) -> dict:
     t0 = time.monotonic()
     stats = produce(produce_args(bootstrap, topic, args.events, 0, pack))
     print(f"  produced {stats['sent']:,} events in {stats['messages']:,} messages at {stats['sent'] / (time.monotonic() - t0):,.0f}/s", file=sys.stderr)
+    return drain(args, bootstrap, topic)
+
+
+def drain(args, bootstrap: str, topic: str) -> dict:
+    """Run the pipeline on a pre-produced topic until all ``args.events`` are sealed with results.
+
+    The rate is measured from the end of the first epoch to the last: start-up (Ray, the
+    consumers' first fetch) is excluded."""
     p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"))
     try:
         deadline = time.monotonic() + args.timeout
@@ -111,11 +119,13 @@ def capacity(args, bootstrap: str, pack: int) -> dict:
     done = [r for _, r in seen]
     if len(done) < 3:
         return {"events_per_s": 0.0, "epochs": len(done)}
-    # From the end of the first epoch to the last: start-up (Ray, the consumers' first fetch) excluded.
     first, last = done[0], done[-1]
     rate = (last.records - first.records) / (last.committed_at - first.committed_at)
     commit = np.array([r.commit_ms for r in done])
-    return {"events_per_s": rate, "epochs": len(done), "commit_p50": float(np.median(commit)), "records": last.records}
+    return {
+        "events_per_s": rate, "epochs": len(done), "records": last.records,
+        "commit_p50": float(np.median(commit)), "commit_p99": float(np.percentile(commit, 99)),
+    }
 
 
 def timeliness(args, bootstrap: str, pack: int) -> dict:

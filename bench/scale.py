@@ -13,30 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 
-import numpy as np
-
-from bench.ingest import broker, create_topic, produce_args, run_pipeline
+from bench.ingest import broker, create_topic, drain, produce_args
 from bench.machine import describe
 from pulsegraph.produce import produce
 
 
 def measure(args, bootstrap: str, topic: str, shards: int, ingest: int) -> dict:
-    cfg = argparse.Namespace(**{**vars(args), "shards": shards, "ingest_actors": ingest})
-    p, seen = run_pipeline(cfg, bootstrap, topic, tempfile.mkdtemp(prefix="pg-scale-"))
-    try:
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):
-            time.sleep(0.5)
-    finally:
-        p.stop()
-    done = [r for _, r in seen]
-    first, last = done[0], done[-1]
-    rate = (last.records - first.records) / max(last.committed_at - first.committed_at, 1e-9)
-    commit = np.array([r.commit_ms for r in done])
-    return {"rate": rate, "commit_p50": float(np.median(commit)), "commit_p99": float(np.percentile(commit, 99))}
+    return drain(argparse.Namespace(**{**vars(args), "shards": shards, "ingest_actors": ingest}), bootstrap, topic)
 
 
 def main() -> int:
@@ -55,14 +40,14 @@ def main() -> int:
         for ingest in (1, 2):
             for shards in (1, 2, 4):
                 r = measure(args, bootstrap, topic, shards, ingest)
-                print(f"  {shards} shards, {ingest} ingest: {r['rate']:,.0f} events/s", file=sys.stderr)
+                print(f"  {shards} shards, {ingest} ingest: {r['events_per_s']:,.0f} events/s", file=sys.stderr)
                 rows.append((shards, ingest, r))
     print(f"machine: {describe()}")
     print(f"{args.events:,} tweets in messages of {args.pack}, 4 partitions, 1 s epochs")
     print("| shards | ingest actors | events/s | commit p50 / p99 ms |")
     print("|---|---|---|---|")
     for shards, ingest, r in rows:
-        print(f"| {shards} | {ingest} | {r['rate']:,.0f} | {r['commit_p50']:.0f} / {r['commit_p99']:.0f} |")
+        print(f"| {shards} | {ingest} | {r['events_per_s']:,.0f} | {r.get('commit_p50', 0):.0f} / {r.get('commit_p99', 0):.0f} |")
     return 0
 
 
