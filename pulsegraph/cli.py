@@ -14,6 +14,7 @@ import sys
 
 from pydantic import ValidationError
 
+from pulsegraph.errors import ProduceError
 from pulsegraph.produce import add_arguments as add_produce_arguments
 from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "produce":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter is not the user's business
-        stats = produce(args)
+        try:
+            stats = produce(args)
+        except ProduceError as exc:
+            print(f"pulsegraph produce: {exc}", file=sys.stderr)
+            return 1
         return 1 if stats["errors"] else 0
     try:
         settings = settings_from(args)

@@ -13,3 +13,7 @@ class PulsegraphError(Exception):
 
 class PipelineError(PulsegraphError):
     """The wiring cannot build or recover the pipeline."""
+
+
+class ProduceError(PulsegraphError):
+    """``pulsegraph produce`` cannot set up or reach its topic."""

@@ -19,6 +19,7 @@ import time
 import msgspec
 
 from ingest.sources import SourceSpec, open_partitions
+from pulsegraph.errors import ProduceError
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,15 @@ def event_key(raw: bytes) -> bytes | None:
     return key.encode() if isinstance(key, str) else None
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
-    """Create ``topic`` when missing; returns its partition count."""
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> int:
+    """Create ``topic`` when missing; returns its partition count.
+
+    A topic that was just created can be described before its partitions
+    reach the broker's metadata cache (an empty partition list); that is
+    "not yet", so we poll until they show up rather than report zero.
+    """
     from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -48,8 +54,17 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
             log.info("created topic %s with %d partitions", topic, partitions)
         except TopicAlreadyExistsError:
             pass
-        meta = admin.describe_topics([topic])
-        return len(meta[0]["partitions"])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                n = len(admin.describe_topics([topic])[0]["partitions"])
+            except KafkaError:
+                n = 0
+            if n > 0:
+                return n
+            if time.monotonic() > deadline:
+                raise ProduceError(f"topic {topic!r} shows no partitions {timeout_s:.0f}s after creation")
+            time.sleep(0.1)
     finally:
         admin.close()
 
