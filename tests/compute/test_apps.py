@@ -6,6 +6,8 @@ incrementally kept state must equal a from-scratch answer on the same graph.
 
 from __future__ import annotations
 
+import math
+import random
 import time
 
 import networkx as nx
@@ -16,9 +18,12 @@ from compute.apps.base import AppGraph
 from compute.apps.components import Components
 from compute.apps.exposure import Exposure
 from compute.apps.landmarks import UNREACHABLE, estimate
-from compute.apps.runner import AppConfig
-from ingest.events import Tweet
+from compute.apps.runner import AppConfig, Applications
+from compute.graph import EdgeChanges, GlobalGraph
+from ingest.batch import Router
+from ingest.events import EdgeUpdate, Tweet, fixed_weight
 from ingest.transforms import tweets_transform
+from snapshots.store import ShardStore
 from tests.compute.appgraph import Stream
 
 
@@ -203,3 +208,135 @@ def test_budgeted_recounts_run_on_the_side_and_match_the_every_epoch_count():
     assert out["tags"].tolist() == want["tags"].tolist()
     assert out["reached"].tolist() == want["reached"].tolist()
     np.testing.assert_allclose(out["persistence"], want["persistence"])
+
+
+# -- K-exposure against a pure-Python count ------------------------------------------------------------
+
+
+def random_tweet_epochs(seed: int, epochs: int = 8, users: int = 12, tags: int = 4):
+    """Epochs of transactions (lists of updates): tweets with times drawn from a few values (ties), self-mentions
+    included, and removals of live mentions and tags edges (a re-add after a removal keeps the edge's first time)."""
+    rng = random.Random(seed)
+    live: dict[tuple[str, str, str], int] = {}
+    out = []
+    for _ in range(epochs):
+        batch = []
+        for _ in range(rng.randrange(5, 20)):
+            gone = [k for k, m in live.items() if m > 0]
+            if gone and rng.random() < 0.25:
+                s, d, t = rng.choice(gone)
+                live[(s, d, t)] -= 1
+                batch.append([EdgeUpdate(s, d, t, -1, fixed_weight(1.0), float(rng.randrange(6)))])
+                continue
+            user = f"u{rng.randrange(users)}"
+            mentions = [f"u{rng.randrange(users)}" for _ in range(rng.randrange(5))]
+            hashtags = [f"h{rng.randrange(tags)}" for _ in range(rng.randrange(3))]
+            updates = tweet(user, mentions, hashtags, ts=float(rng.randrange(6)))
+            for u in updates:
+                if isinstance(u, EdgeUpdate):
+                    live[(u.src, u.dst, u.type)] = live.get((u.src, u.dst, u.type), 0) + 1
+            batch.append(updates)
+        out.append(batch)
+    return out
+
+
+class ExposureModel:
+    """The stream as plain dicts, and Romero et al.'s count over them, one user and hashtag at a time."""
+
+    def __init__(self) -> None:
+        self.mult: dict[tuple[str, str, str], int] = {}
+        self.first: dict[tuple[str, str, str], float] = {}  # the earliest add time, kept across removals
+        self.last_seen: dict[str, tuple[float, float]] = {}  # user -> (ts, last_seen), last writer by ts
+        self.stamp: dict[tuple[str, str], tuple[int, float]] = {}  # (user, tag) -> (epoch, last_seen) when it went live
+
+    def epoch(self, e: int, batch: list[list]) -> None:
+        for updates in batch:
+            for u in updates:
+                if isinstance(u, EdgeUpdate):
+                    key = (u.src, u.dst, u.type)
+                    self.mult[key] = self.mult.get(key, 0) + u.sign
+                    if u.sign > 0:
+                        self.first[key] = min(self.first.get(key, math.inf), u.ts)
+                elif "last_seen" in u.attrs and (u.id not in self.last_seen or u.ts >= self.last_seen[u.id][0]):
+                    self.last_seen[u.id] = (u.ts, u.attrs["last_seen"])
+        for (s, d, t), m in self.mult.items():
+            if t == "tags" and m > 0 and (s, d) not in self.stamp:
+                self.stamp[(s, d)] = (e, self.last_seen[s][1])
+
+    def topics(self, edge_times: bool) -> dict[str, tuple]:
+        """Hashtag -> (usage, users, reached[1..8], adopted[1..8]); adopters ordered by the tagging tweet's time
+        (``edge_times``) or else by the epoch and the user's last tweet time then; ties by user name."""
+        live = {k for k, m in self.mult.items() if m > 0}
+        out = {}
+        for h in sorted({d for s, d, t in live if t == "tags"}):
+            adopters = {s for s, d, t in live if t == "tags" and d == h}
+
+            def when(u):
+                return ((0, self.first[(u, h, "tags")]) if edge_times else self.stamp[(u, h)]) + (u,)
+
+            reached, adopted = [0] * 8, [0] * 8
+            for u in {s for s, _, t in live if t == "mentions"} | adopters:
+                seen = [v for v in adopters if (u, v, "mentions") in live]
+                if u in adopters:
+                    seen = [v for v in seen if when(v) < when(u)]
+                    if 1 <= len(seen) <= 8:
+                        adopted[len(seen) - 1] += 1
+                for k in range(1, min(len(seen), 8) + 1):
+                    reached[k - 1] += 1
+            usage = sum(self.mult[(s, h, "tags")] for s in adopters)
+            out[h] = (usage, len(adopters), reached, adopted)
+        return out
+
+
+def shard_epochs(epochs: list[list[list]], shards: int = 3):
+    """Yields (graph, applications, topics output) after each epoch, through the real shards (edges keep their times)."""
+    stores, g, apps, router = [ShardStore(i) for i in range(shards)], GlobalGraph(), Applications(), Router(shards)
+    offset = 0
+    for e, batch in enumerate(epochs, start=1):
+        for updates in batch:
+            router.add("p", offset, updates)
+            offset += 1
+        for store, b in zip(stores, router.take()):
+            store.receive(b)
+        merged = [g.apply_with_previous(s.apply(e, {"p": offset})[1]) for s in stores]
+        changes = EdgeChanges.concat([c for c, _ in merged])
+        before = EdgeChanges.concat([b for _, b in merged])
+        yield g, apps, apps.run(g, e, changes, before, False, {"tunkrank": np.zeros(g.n)}, 0)["topics"]
+
+
+def published(names: list[str], topics: dict) -> dict[str, tuple]:
+    return {
+        names[t]: (int(topics["usage"][i]), int(topics["users"][i]), topics["reached"][i].tolist(),
+                   np.nan_to_num(topics["curve"][i], nan=-1.0).tolist())
+        for i, t in enumerate(topics["tags"].tolist())
+    }
+
+
+def expected(model: ExposureModel, edge_times: bool) -> dict[str, tuple]:
+    return {
+        h: (usage, users, reached, [a / r if r else -1.0 for a, r in zip(adopted, reached)])
+        for h, (usage, users, reached, adopted) in model.topics(edge_times).items()
+    }
+
+
+def counted(names: list[str], topics: dict) -> dict[str, tuple]:
+    return {names[h]: (t.usage, t.users, t.reached.tolist(), t.adopted.tolist()) for h, t in topics.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed):
+    """Every epoch, incremental and from scratch, on both orders: edge times (real shards) and, for graphs
+    without them, the stamps (epoch, last tweet time)."""
+    epochs = random_tweet_epochs(seed)
+    model, st = ExposureModel(), Stream()
+    for e, ((g, apps, out), batch) in enumerate(zip(shard_epochs(epochs), epochs), start=1):
+        model.epoch(e, batch)
+        for want, graph, names, got, state, exp in (
+            (model.topics(True), g, g.names, out, apps.states["topics"], apps.exposure),
+            (model.topics(False), st.g, st.g.names, st.tweets(batch)["topics"], st.apps.states["topics"], st.apps.exposure),
+        ):
+            assert counted(names, state.topics) == want
+            assert counted(names, exp._count(AppGraph.build(graph, e), state, None)) == want
+        assert published(g.names, out) == expected(model, True)
+    assert any(r[0] for _, _, r, _ in model.topics(True).values())  # exposures happened
+    assert any(a[1:] != [0] * 7 for _, _, _, a in model.topics(True).values())  # some adopted after 2+ exposures
