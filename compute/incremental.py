@@ -240,10 +240,6 @@ class ResidualSolver:
         # The error bound in the tolerance's own terms: ``goal`` is the residual that means ``tol``.
         return PowerIterationFailedConvergence(self.name, it, self.tol * res / max(goal, 1e-300), self.tol)
 
-    def _propagate(self, v):
-        """``alpha P^T v``: one sweep over every edge."""
-        return self.alpha * self.g.pull(self.g.inv_out * v)
-
     def _krylov_until_done(self, method: str, read: int, headroom: float = 1.0, it: int = 0) -> SolveStats:
         """GMRES cycles from the current ``(y, r)``, each ended by recomputing the true residual,
         until that residual meets ``headroom * target``; sweeps take over if a cycle stalls."""
@@ -280,6 +276,7 @@ class ResidualSolver:
         if m <= 0 or beta == 0.0 or not np.isfinite(beta):
             return it, read
         stored = self._stored()
+        scale = self.alpha * self.g.inv_out  # M v = P^T (alpha D^-1 v): alpha folded in, one pass less a step
         basis = xp.empty((m + 1, self.n), dtype=self.r.dtype)
         basis[0] = self.r / beta
         sums = np.zeros(m + 1)  # sum of each basis vector: sum(y) after the update, for the goal
@@ -290,21 +287,22 @@ class ResidualSolver:
         z = np.zeros(0)
         rhs = np.zeros(1)
         while k < m:
-            w = self._propagate(basis[k])
+            w = self.g.pull(scale * basis[k])  # one sweep over every edge
             it += 1
             read += stored
             v = basis[: k + 1]
-            before = float(xp.linalg.norm(w))
             c = v @ w
             w -= c @ v
             hn = float(xp.linalg.norm(w))
-            if hn < REORTHOGONALIZE * before:  # cancellation: orthogonalise once more (DGKS)
+            ch = self.be.to_host(c)
+            # ||w|| before the pass, by Pythagoras over the orthonormal basis: one pass over n saved.
+            if hn < REORTHOGONALIZE * float(np.sqrt(hn * hn + ch @ ch)):  # cancellation: once more (DGKS)
                 c2 = v @ w
                 w -= c2 @ v
-                c += c2
+                ch = ch + self.be.to_host(c2)
                 hn = float(xp.linalg.norm(w))
             # (I - M) v_k = v_k - V c - hn v_{k+1}: the Hessenberg column of the system's matrix.
-            h[: k + 1, k] = -self.be.to_host(c)
+            h[: k + 1, k] = -ch
             h[k, k] += 1.0
             h[k + 1, k] = -hn
             k += 1
