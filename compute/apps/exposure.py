@@ -35,6 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from compute.apps.base import AppDelta, AppGraph, Application, csr_pairs, expand
 
@@ -98,13 +99,19 @@ class _CountInputs:
 
 
 def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Topic]:
-    """The K-exposure count itself (see :meth:`Exposure._count`)."""
+    """The K-exposure count itself (see :meth:`Exposure._count`).
+
+    A user's exposures to every hashtag at once are one sparse product, mentions @ adoptions
+    (distinct pairs, so each entry counts distinct adopters mentioned); only the adopters then
+    need their exposures split into before and after them, which takes the mentions between two
+    adopters of one hashtag, found from whichever end tagged fewer hashtags."""
     t_src, t_dst, t_mult = inp.tags
     sel = np.ones(len(t_dst), dtype=bool) if hashtags is None else np.isin(t_dst, hashtags)
     av, ah, am = t_src[sel], t_dst[sel], t_mult[sel]
     out: dict[int, Topic] = {}
     if not len(av):
         return out
+    n, levels = inp.n, MAX_K + 1
     akey = _pack(av, ah)
     pos = np.searchsorted(inp.keys, akey)
     ep, ts = inp.epochs[pos], inp.times[pos]
@@ -112,38 +119,51 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     first = inp.tags_first[sel]
     known = np.isfinite(first)
     ep, ts = np.where(known, 0, ep), np.where(known, first, ts)
+    # Names of the distinct adopting users only: far fewer strings to sort than adoptions.
+    who, user_of = np.unique(av, return_inverse=True)
     names = inp.names
-    _, name_rank = np.unique(np.array([names[v] for v in av.tolist()]), return_inverse=True)
-    order = np.lexsort((name_rank, ts, ep, ah))
+    _, user_rank = np.unique(np.array([names[v] for v in who.tolist()]), return_inverse=True)
+    order = np.lexsort((user_rank[user_of], ts, ep, ah))
     rank = np.empty(len(av), dtype=np.int64)
     rank[order] = np.arange(len(av))
-    # Exposure pairs: u mentions adopter v of h.
+    tags, col = np.unique(ah, return_inverse=True)
     m_src, m_dst, _ = inp.mentions
-    in_ptr, in_idx = csr_pairs(inp.n, m_dst, m_src)
-    u, owner = expand(in_ptr, in_idx, av)
-    ekey = _pack(u, ah[owner])
+    out_ptr, out_idx = csr_pairs(n, m_src, m_dst)
+    mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
+    adoptions = sp.csr_matrix((np.ones(len(av), np.int32), (av, col)), shape=(n, len(tags)))
+    exposures = mentions @ adoptions  # [u, h]: adopters of h that u mentions
+    hist = np.bincount(
+        exposures.indices.astype(np.int64) * levels + np.minimum(exposures.data, MAX_K), minlength=len(tags) * levels
+    )
+    # Mentions u -> v between two adopters of one hashtag: expand the hashtags of the end with fewer
+    # of them and look each up at the other end (self-mentions meet themselves, as in the product).
     asort = np.argsort(akey)
     sorted_akey = akey[asort]
-    p = np.minimum(np.searchsorted(sorted_akey, ekey), len(akey) - 1)
-    is_adopter = sorted_akey[p] == ekey
-    rank_u = np.where(is_adopter, rank[asort[p]], 0)
-    earlier = is_adopter & (rank[owner] < rank_u)
-    uniq, inv = np.unique(ekey, return_inverse=True)
-    total = np.bincount(inv, minlength=len(uniq))
-    before = np.bincount(inv, weights=earlier, minlength=len(uniq)).astype(np.int64)
-    adopter = np.zeros(len(uniq), dtype=bool)
-    adopter[inv[is_adopter]] = True
-    tags = np.unique(ah)
-    hi = np.searchsorted(tags, uniq & _LOW)
-    level = np.minimum(np.where(adopter, before, total), MAX_K)
-    reached = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
-    np.add.at(reached, (hi, level), 1)
-    reached = np.cumsum(reached[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
-    adopted = np.zeros((len(tags), MAX_K + 1), dtype=np.int64)
-    hit = adopter & (before >= 1) & (before <= MAX_K)
-    np.add.at(adopted, (hi[hit], before[hit]), 1)
-    usage = np.bincount(np.searchsorted(tags, ah), weights=am, minlength=len(tags)).astype(np.int64)
-    users = np.bincount(np.searchsorted(tags, ah), minlength=len(tags))
+    a_ptr = np.concatenate([[0], np.cumsum(np.bincount(av, minlength=n))])
+    tagged = np.diff(a_ptr)
+    e_src = np.repeat(np.arange(n), np.diff(out_ptr))
+    src_near = tagged[e_src] <= tagged[out_idx]
+    near = np.where(src_near, e_src, out_idx)
+    far = np.where(src_near, out_idx, e_src)
+    at, edge = expand(a_ptr, np.arange(len(av)), near)
+    look = _pack(far[edge], sorted_akey[at] & _LOW)
+    found = np.minimum(np.searchsorted(sorted_akey, look), len(akey) - 1)
+    hit = sorted_akey[found] == look
+    a_near, a_far, u_near = asort[at[hit]], asort[found[hit]], src_near[edge[hit]]
+    mentioner = np.where(u_near, a_near, a_far)
+    mentioned = np.where(u_near, a_far, a_near)
+    seen = np.bincount(mentioner, minlength=len(av))
+    before = np.bincount(mentioner[rank[mentioned] < rank[mentioner]], minlength=len(av))
+    # An adopter reached only the levels of the exposures before it: swap its entry's level.
+    base = col * levels
+    exposed = seen > 0
+    hist -= np.bincount(base[exposed] + np.minimum(seen[exposed], MAX_K), minlength=len(tags) * levels)
+    hist += np.bincount(base[exposed] + np.minimum(before[exposed], MAX_K), minlength=len(tags) * levels)
+    reached = np.cumsum(hist.reshape(-1, levels)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
+    counted = before <= MAX_K
+    adopted = np.bincount(base[counted] + before[counted], minlength=len(tags) * levels).reshape(-1, levels)
+    usage = np.bincount(col, weights=am, minlength=len(tags)).astype(np.int64)
+    users = np.bincount(col, minlength=len(tags))
     for i, h in enumerate(tags.tolist()):
         out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
     return out

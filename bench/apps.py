@@ -1,0 +1,81 @@
+"""The K-exposure recount on a realistic graph: synthetic tweets through the real shards and merge.
+
+Builds the graph of ``--tweets`` synthetic tweets (the power-law source the
+service runs on), cut into ``--epochs`` epochs through the applications, then
+times a full recount of every hashtag (``_count_from(..., None)``), the part
+that runs on the side and makes the published curves lag (``as_of``). Prints
+the graph's size and the median of ``--repeat`` recounts.
+
+    .venv/bin/python -m bench.apps --tweets 200000 --epochs 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from bench.machine import describe as machine
+from compute.apps.base import AppGraph, csr_pairs
+from compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
+from compute.apps.runner import Applications
+from compute.graph import EdgeChanges, GlobalGraph
+from ingest.batch import Router
+from ingest.sources.base import SourceSpec, open_partitions
+from ingest.transforms import get_transform
+from snapshots.store import ShardStore
+
+
+def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashtags: int = 1_000):
+    """(graph, applications) after ``tweets`` synthetic tweets, sealed in ``epochs`` equal epochs."""
+    spec = SourceSpec("synthetic", partitions=1, limit=tweets, users=users, hashtags=hashtags)
+    (part,) = open_partitions(spec, ["synthetic:0"], {})
+    transform = get_transform("tweets")
+    stores, g, apps, router = [ShardStore(i) for i in range(shards)], GlobalGraph(), Applications(), Router(shards)
+    while not part.exhausted():
+        for rec in part.next_batch(10_000):
+            router.add("p", rec.offset, transform(rec.value))
+    for store, batch in zip(stores, router.take()):
+        store.receive(batch)
+    for epoch in range(1, epochs + 1):
+        merged = [g.apply_with_previous(s.apply(epoch, {"p": tweets * epoch // epochs})[1]) for s in stores]
+        changes = EdgeChanges.concat([c for c, _ in merged])
+        before = EdgeChanges.concat([b for _, b in merged])
+        apps.run(g, epoch, changes, before, False, {"tunkrank": np.zeros(g.n)}, 0)
+    return g, apps
+
+
+def sizes(graph: AppGraph, hashtags_count: int) -> str:
+    t_src, t_dst, _ = graph.typed(TAGS)
+    m_src, m_dst, _ = graph.typed(MENTIONS)
+    in_ptr, _ = csr_pairs(graph.n, m_dst, m_src)
+    pairs = int((in_ptr[t_src + 1] - in_ptr[t_src]).sum())
+    return (f"{graph.n:,} vertices, {len(m_src):,} mentions + {len(t_src):,} tags edges, "
+            f"{hashtags_count:,} hashtags, {pairs:,} exposure pairs")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tweets", type=int, default=200_000)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    g, apps = build(args.tweets, args.epochs)
+    graph = AppGraph.build(g, args.epochs)
+    inputs = _CountInputs.of(graph, apps.states["topics"])
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        topics = _count_from(inputs, None)
+        times.append(time.perf_counter() - t0)
+    print(f"machine: {machine()}")
+    print(f"graph: {sizes(graph, len(topics))}")
+    print(f"full K-exposure recount: median {statistics.median(times) * 1000:.0f} ms of {args.repeat}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
