@@ -475,7 +475,7 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=MAX_HISTORY)] = 120,
     ) -> JSON:
         i = store.vertex_id(tag)
-        points = []
+        points: list[dict[str, Any]] = []
         for v in store.recent(limit):
             t = (getattr(v.result, "apps", None) or {}).get("trends")
             if t is None or i >= v.result.vertices:

@@ -175,7 +175,7 @@ class ResultStore:
     def recent(self, limit: int) -> list[EpochView]:
         """The newest ``limit`` epochs, newest first."""
         with self._lock:
-            out = []
+            out: list[EpochView] = []
             for v in reversed(self._epochs.values()):
                 if len(out) >= limit:
                     break

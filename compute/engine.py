@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,8 @@ class RankConfig:
             "compact_fraction": "rank_compact_fraction",
         }
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
-        return cls(**{k: get(v) for k, v in names.items() if get(v) is not None})
+        given: dict[str, Any] = {k: get(v) for k, v in names.items() if get(v) is not None}
+        return cls(**given)
 
     def replace(self, **kw) -> "RankConfig":
         return RankConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kw})

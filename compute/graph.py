@@ -98,10 +98,10 @@ class GlobalGraph:
         edges had before (zeros for new slots), so a consumer can apply the difference."""
         se = self._shards.setdefault(delta.shard, _ShardEdges())
         if len(delta.new_ids):
-            l2g = se.local_to_global
-            need = int(delta.new_ids.max()) + 1 - len(l2g)
+            ids = se.local_to_global
+            need = int(delta.new_ids.max()) + 1 - len(ids)
             if need > 0:
-                l2g.extend(np.full(need, -1, dtype=np.int64))
+                ids.extend(np.full(need, -1, dtype=np.int64))
             gids = np.empty(len(delta.new_ids), dtype=np.int64)
             for i, name in enumerate(delta.new_names):
                 g = self.index.get(name)
@@ -109,7 +109,7 @@ class GlobalGraph:
                     g = self.index[name] = len(self.names)
                     self.names.append(name)
                 gids[i] = g
-            l2g.view[delta.new_ids] = gids
+            ids.view[delta.new_ids] = gids
         for lid, attrs in zip(delta.attr_ids, delta.attrs):
             self.attrs[int(se.local_to_global.view[lid])] = attrs
         if len(delta.e_slot):

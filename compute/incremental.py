@@ -284,8 +284,8 @@ class ResidualSolver:
         h = np.zeros((m + 1, m))
         ysum = float(self.y.sum())
         k = 0
-        z = np.zeros(0)
-        rhs = np.zeros(1)
+        z: np.ndarray = np.zeros(0)
+        rhs: np.ndarray = np.zeros(1)
         while k < m:
             w = self.g.pull(scale * basis[k])  # one sweep over every edge
             it += 1
@@ -373,6 +373,10 @@ class SolvedRanking:
     through its epoch lifecycle. Subclasses set ``self.solver`` and define ``scores``."""
 
     solver: ResidualSolver
+
+    def scores(self):
+        """The ranking's scores on the device, one per vertex (defined by each ranking)."""
+        raise NotImplementedError
 
     def initialize(self, method: str | None = None) -> SolveStats:
         """From scratch on the graph as it is (``krylov`` or ``power``; the solver's choice by default)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, f in Settings.model_fields.items():
         default = f.default if f.default is not None else "none"
         # A boolean flag given alone means true: `--allow-anonymous-writes` as well as `--allow-anonymous-writes true`.
-        alone = {"nargs": "?", "const": "true"} if f.annotation is bool else {}
+        alone: dict[str, Any] = {"nargs": "?", "const": "true"} if f.annotation is bool else {}
         run.add_argument(
             _flag(name),
             dest=name,

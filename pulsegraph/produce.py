@@ -140,8 +140,7 @@ def produce(args: argparse.Namespace) -> dict:
     producer.flush()
     producer.close()
     elapsed = time.monotonic() - t0
-    stats["seconds"] = elapsed
     if not args.quiet:
         print(f"\rsent {stats['sent']:,} events in {stats['messages']:,} messages, {elapsed:.1f} s "
               f"({stats['sent'] / max(elapsed, 1e-9):,.0f} events/s), errors {stats['errors']}", file=sys.stderr)
-    return stats
+    return {**stats, "seconds": elapsed}

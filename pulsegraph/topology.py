@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -85,8 +86,9 @@ class Pipeline:
     store: ResultStore = field(init=False)
     shards: list = field(default_factory=list)
     ingest: list = field(default_factory=list)
-    coordinator: object = None
-    compute: object = None
+    # Ray actor handles: their remote methods are not visible to a type checker.
+    coordinator: Any = None
+    compute: Any = None
     feed: ResultFeed | None = None
 
     def __post_init__(self) -> None:
@@ -198,26 +200,27 @@ class Pipeline:
             self.events_log.touch()
         ranking = s.model_dump(include=RANKING_FIELDS)
         restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
-        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(
+        # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
+        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(  # type: ignore[attr-defined]
             s.ranked_types, ranking, restore_ids
         )
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
         # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
-            ShardActor.options(**spread_out).remote(
+            ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i])
             )
             for i in range(n_shards)
         ]
         starts = resume["vector"] if resume else {}
-        self.coordinator = EpochCoordinator.options(num_cpus=0).remote(
+        self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
-            IngestActor.options(**spread_out).remote(
+            IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
                 self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
             )

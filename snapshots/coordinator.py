@@ -37,7 +37,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[floa
     order = np.argsort(values)
     v, w = values[order], weights[order]
     cum = np.cumsum(w) / w.sum()
-    return [float(v[min(np.searchsorted(cum, q), len(v) - 1)]) for q in qs]
+    return [float(v[min(int(np.searchsorted(cum, q)), len(v) - 1)]) for q in qs]
 
 
 @ray.remote
@@ -188,6 +188,7 @@ class EpochCoordinator:
     def _checkpoint(self, epoch: Epoch, valid: dict[str, int]) -> None:
         """Shards and the consumer's ids as of ``epoch``, then the manifest: the epoch is DURABLE.
         Called after the epoch was handed to the consumer, so its checkpoint call runs after it."""
+        assert self._checkpoints is not None  # only called where checkpoints are configured
         data_dir = str(self._checkpoints.root.parent)
         refs = [s.checkpoint.remote(epoch.number, data_dir) for s in self._shards]
         compute = self._consumer.checkpoint.remote(epoch.number, data_dir) if self._consumer is not None else None

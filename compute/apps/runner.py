@@ -36,7 +36,7 @@ class AppConfig:
     def from_settings(cls, settings) -> "AppConfig":
         """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
-        kw = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
+        kw: dict[str, Any] = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
         return cls(**kw)
 
 
