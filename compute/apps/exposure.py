@@ -185,16 +185,16 @@ class Exposure(Application):
     def __init__(self, budget: float | None = None) -> None:
         """``budget``: the largest share of wall time the recounts may take (None or 1: every epoch).
 
-        Counting is the expensive part (every exposure pair of every affected hashtag; on a
-        power-law mention graph nearly every hashtag is affected by any epoch). Adoption stamps
-        are taken every epoch, so a recount that skipped epochs still orders adopters exactly;
-        the published curves say which epoch they were counted at (``as_of``)."""
+        Counting is the expensive part (a sparse product over every exposure pair of every
+        affected hashtag; on a power-law mention graph nearly every hashtag is affected by any
+        epoch). Adoption stamps are taken every epoch, so a recount that skipped epochs still
+        orders adopters exactly; the published curves say which epoch they were counted at (``as_of``)."""
         self._restored: ExposureState | None = None
         self._budget = budget if budget is not None and budget < 1 else None
         self._pending: set[int] = set()
         self._next_count_at = 0.0
-        # With a budget, recounts run on their own thread (NumPy releases the GIL in its sorts),
-        # one at a time, so a long recount never holds up an epoch.
+        # With a budget, recounts run on their own thread (SciPy's sparse product and NumPy's
+        # searches release the GIL), one at a time, so a long recount never holds up an epoch.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
         self._running: tuple[Future, int, float, np.ndarray | None] | None = None  # (future, epoch, started, hashtags)
 
