@@ -154,11 +154,11 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     mentioned = np.where(u_near, a_far, a_near)
     seen = np.bincount(mentioner, minlength=len(av))
     before = np.bincount(mentioner[rank[mentioned] < rank[mentioner]], minlength=len(av))
-    # An adopter reached only the levels of the exposures before it: swap its entry's level.
+    # An adopter reached only the levels of the exposures before it: move its entry's count there
+    # (one without exposures has no entry, and moves nothing from level 0 to level 0).
     base = col * levels
-    exposed = seen > 0
-    hist -= np.bincount(base[exposed] + np.minimum(seen[exposed], MAX_K), minlength=len(tags) * levels)
-    hist += np.bincount(base[exposed] + np.minimum(before[exposed], MAX_K), minlength=len(tags) * levels)
+    hist -= np.bincount(base + np.minimum(seen, MAX_K), minlength=len(tags) * levels)
+    hist += np.bincount(base + np.minimum(before, MAX_K), minlength=len(tags) * levels)
     reached = np.cumsum(hist.reshape(-1, levels)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # at least k, k = 1..MAX_K
     counted = before <= MAX_K
     adopted = np.bincount(base[counted] + before[counted], minlength=len(tags) * levels).reshape(-1, levels)
