@@ -267,6 +267,7 @@ class Exposure(Application):
 
     def _background(self, graph: AppGraph, state: ExposureState, everything: bool = False) -> ExposureState:
         """Take a finished recount in; start the next one when one is due and the budget allows."""
+        assert self._pool is not None and self._budget is not None  # only called with a budget
         if self._running is not None and self._running[0].done():
             future, counted_at, started, counted = self._running
             self._running = None
