@@ -4,7 +4,8 @@ Builds the graph of ``--tweets`` synthetic tweets (the power-law source the
 service runs on), cut into ``--epochs`` epochs through the applications, then
 times a full recount of every hashtag (``_count_from(..., None)``), the part
 that runs on the side and makes the published curves lag (``as_of``). Prints
-the graph's size and the median of ``--repeat`` recounts.
+a Markdown table row for BENCHMARKS.md: the graph's size and the median of
+``--repeat`` recounts.
 
     .venv/bin/python -m bench.apps --tweets 200000 --epochs 4
 """
@@ -35,9 +36,13 @@ def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashta
     (part,) = open_partitions(spec, ["synthetic:0"], {})
     transform = get_transform("tweets")
     stores, g, apps, router = [ShardStore(i) for i in range(shards)], GlobalGraph(), Applications(), Router(shards)
+    t0 = time.monotonic()
     while not part.exhausted():
         for rec in part.next_batch(10_000):
             router.add("p", rec.offset, transform(rec.value))
+        done = part.position()
+        print(f"\rtransforming {done:,}/{tweets:,} tweets, {done / (time.monotonic() - t0):,.0f}/s", end="", file=sys.stderr)
+    print(file=sys.stderr)
     for store, batch in zip(stores, router.take()):
         store.receive(batch)
     for epoch in range(1, epochs + 1):
@@ -45,16 +50,17 @@ def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashta
         changes = EdgeChanges.concat([c for c, _ in merged])
         before = EdgeChanges.concat([b for _, b in merged])
         apps.run(g, epoch, changes, before, False, {"tunkrank": np.zeros(g.n)}, 0)
+        print(f"\repoch {epoch}/{epochs} sealed", end="", file=sys.stderr)
+    print(file=sys.stderr)
     return g, apps
 
 
-def sizes(graph: AppGraph, hashtags_count: int) -> str:
-    t_src, t_dst, _ = graph.typed(TAGS)
+def sizes(graph: AppGraph) -> tuple[int, int, int]:
+    """(mentions edges, tags edges, exposure pairs: a user mentioning an adopter, per hashtag)."""
+    t_src, _, _ = graph.typed(TAGS)
     m_src, m_dst, _ = graph.typed(MENTIONS)
     in_ptr, _ = csr_pairs(graph.n, m_dst, m_src)
-    pairs = int((in_ptr[t_src + 1] - in_ptr[t_src]).sum())
-    return (f"{graph.n:,} vertices, {len(m_src):,} mentions + {len(t_src):,} tags edges, "
-            f"{hashtags_count:,} hashtags, {pairs:,} exposure pairs")
+    return len(m_src), len(t_src), int((in_ptr[t_src + 1] - in_ptr[t_src]).sum())
 
 
 def main() -> int:
@@ -71,9 +77,11 @@ def main() -> int:
         t0 = time.perf_counter()
         topics = _count_from(inputs, None)
         times.append(time.perf_counter() - t0)
+    mentions, tags, pairs = sizes(graph)
     print(f"machine: {machine()}")
-    print(f"graph: {sizes(graph, len(topics))}")
-    print(f"full K-exposure recount: median {statistics.median(times) * 1000:.0f} ms of {args.repeat}")
+    print("| tweets | vertices | mentions / tags edges | hashtags | exposure pairs | full K-exposure recount ms (median) |")
+    print(f"| {args.tweets:,} | {graph.n:,} | {mentions:,} / {tags:,} | {len(topics):,} | {pairs:,} "
+          f"| {statistics.median(times) * 1000:.0f} |")
     return 0
 
 
