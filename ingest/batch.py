@@ -4,15 +4,29 @@ A transaction is the set of updates made from one record, numbered by its
 source position ``(partition, offset)``. The ingest stage routes each update to
 the shard that owns its vertex (a stable hash of the key, never Python's
 ``hash()``, which differs between processes) and ships one columnar
-:class:`ShardBatch` per shard per round: no actor call per record.
+:class:`ShardBatch` per shard per round: no actor call per record, and NumPy
+columns of small integers rather than one Python object per update.
+
+Vertex names are interned once, by the :class:`Router`, into an id table that
+outlives the round; the shard of a name is hashed once, when it enters that
+table. A batch carries each name it refers to once (``names``) and indexes it.
 """
 
 from __future__ import annotations
 
 import zlib
+from array import array
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ingest.events import EdgeUpdate, Update, VertexUpdate
+
+# The Router's name table is dropped (between rounds) when it grows past this:
+# hot names come right back, and a long-running actor's memory stays bounded.
+MAX_TABLE_NAMES = 1_000_000
+
+_I32 = np.zeros(0, dtype=np.int32)
 
 
 def shard_of(key: str, n_shards: int) -> int:
@@ -22,82 +36,191 @@ def shard_of(key: str, n_shards: int) -> int:
 
 @dataclass
 class ShardBatch:
-    """Columnar updates for one shard. ``*_part`` index into ``partitions``."""
+    """Columnar updates for one shard.
+
+    ``*_part`` index into ``partitions``, ``e_src``/``e_dst``/``v_id`` into
+    ``names`` and ``e_type`` into ``types``; each string appears once per batch.
+    Rows keep the order in which the router received them.
+    """
 
     partitions: list[str] = field(default_factory=list)
-    e_part: list[int] = field(default_factory=list)
-    e_off: list[int] = field(default_factory=list)
-    e_src: list[str] = field(default_factory=list)
-    e_dst: list[str] = field(default_factory=list)
-    e_type: list[str] = field(default_factory=list)
-    e_sign: list[int] = field(default_factory=list)
-    e_weight: list[int] = field(default_factory=list)
-    e_ts: list[float] = field(default_factory=list)
-    v_part: list[int] = field(default_factory=list)
-    v_off: list[int] = field(default_factory=list)
-    v_id: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    e_part: np.ndarray = field(default_factory=lambda: _I32)
+    e_off: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    e_src: np.ndarray = field(default_factory=lambda: _I32)
+    e_dst: np.ndarray = field(default_factory=lambda: _I32)
+    e_type: np.ndarray = field(default_factory=lambda: _I32)
+    e_sign: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    e_weight: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    e_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    v_part: np.ndarray = field(default_factory=lambda: _I32)
+    v_off: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    v_id: np.ndarray = field(default_factory=lambda: _I32)
     v_attrs: list[dict] = field(default_factory=list)
-    v_ts: list[float] = field(default_factory=list)
+    v_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
 
     def __len__(self) -> int:
         return len(self.e_off) + len(self.v_off)
 
 
 class Router:
-    """Splits transactions into one :class:`ShardBatch` per shard.
+    """Collects a round of transactions and splits it into one :class:`ShardBatch` per shard.
 
     Edges live with their source vertex (so a vertex's out-edges are on one
-    shard); vertex attributes live with the vertex.
+    shard); vertex attributes live with the vertex. Updates arrive one
+    transaction at a time (:meth:`add`) or as ready-made columns from a
+    transform's batch path (:meth:`extend`, with ids from :meth:`vertex_id`,
+    :meth:`type_id` and :meth:`partition_id`); rows keep their arrival order
+    either way. Only names a transform has validated reach the table.
     """
 
     def __init__(self, n_shards: int) -> None:
         self.n_shards = n_shards
-        self._cache: dict[str, int] = {}
-        self.reset()
+        self._reset_table()
+        self._reset_round()
 
-    def reset(self) -> None:
-        self.batches = [ShardBatch() for _ in range(self.n_shards)]
-        self._part_index: list[dict[str, int]] = [{} for _ in range(self.n_shards)]
+    def _reset_table(self) -> None:
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}  # name -> id; read directly by batch paths, it is the hot lookup
+        self._shard_of = array("i")
+        self.types: list[str] = []
+        self._type_ids: dict[str, int] = {}
+        # Per-transform caches keyed like the table (e.g. a raw hashtag -> its vertex id): cleared with it.
+        self.memos: dict[str, dict] = {}
 
-    def _shard(self, key: str) -> int:
-        s = self._cache.get(key)
-        if s is None:
-            if len(self._cache) > 1_000_000:  # bound the memo; hot keys come right back
-                self._cache.clear()
-            s = self._cache[key] = shard_of(key, self.n_shards)
-        return s
+    def _reset_round(self) -> None:
+        self.partitions: list[str] = []
+        self._part_ids: dict[str, int] = {}
+        self._chunks: list[tuple[dict, dict]] = []  # (edge columns, vertex columns), in arrival order
+        self._reset_rows()
 
-    def _pidx(self, shard: int, partition: str) -> int:
-        index = self._part_index[shard]
-        i = index.get(partition)
+    def _reset_rows(self) -> None:
+        self._edges: list[tuple] = []  # (part, off, src, dst, type, sign, weight, ts) from add()
+        self._vertices: list[tuple] = []  # (part, off, id, attrs, ts) from add()
+
+    def vertex_id(self, name: str) -> int:
+        """The table id of ``name``, adding it (and hashing its shard) on first sight."""
+        i = self.ids.get(name)
         if i is None:
-            i = index[partition] = len(index)
-            self.batches[shard].partitions.append(partition)
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+            self._shard_of.append(shard_of(name, self.n_shards))
+        return i
+
+    def type_id(self, name: str) -> int:
+        i = self._type_ids.get(name)
+        if i is None:
+            i = self._type_ids[name] = len(self.types)
+            self.types.append(name)
+        return i
+
+    def partition_id(self, partition: str) -> int:
+        i = self._part_ids.get(partition)
+        if i is None:
+            i = self._part_ids[partition] = len(self.partitions)
+            self.partitions.append(partition)
         return i
 
     def add(self, partition: str, offset: int, updates: list[Update]) -> None:
+        """Add the updates of one transaction, in order."""
+        p = self.partition_id(partition)
+        vid = self.vertex_id
         for u in updates:
             if isinstance(u, EdgeUpdate):
-                s = self._shard(u.src)
-                b = self.batches[s]
-                b.e_part.append(self._pidx(s, partition))
-                b.e_off.append(offset)
-                b.e_src.append(u.src)
-                b.e_dst.append(u.dst)
-                b.e_type.append(u.type)
-                b.e_sign.append(u.sign)
-                b.e_weight.append(u.weight)
-                b.e_ts.append(u.ts)
+                self._edges.append((p, offset, vid(u.src), vid(u.dst), self.type_id(u.type), u.sign, u.weight, u.ts))
             elif isinstance(u, VertexUpdate):
-                s = self._shard(u.id)
-                b = self.batches[s]
-                b.v_part.append(self._pidx(s, partition))
-                b.v_off.append(offset)
-                b.v_id.append(u.id)
-                b.v_attrs.append(u.attrs)
-                b.v_ts.append(u.ts)
+                self._vertices.append((p, offset, vid(u.id), u.attrs, u.ts))
+
+    def extend(self, edges: dict[str, np.ndarray], vertices: dict[str, np.ndarray]) -> None:
+        """Append rows given as columns (keys as :data:`EDGE_COLUMNS` and :data:`VERTEX_COLUMNS`,
+        ids from this router; ``attrs`` an object array), after every row added so far."""
+        self._seal()
+        self._chunks.append((edges, vertices))
+
+    def _seal(self) -> None:
+        """Turn the rows from :meth:`add` into a chunk, so that a later chunk lands after them."""
+        if not self._edges and not self._vertices:
+            return
+        e = list(zip(*self._edges)) or [()] * len(EDGE_COLUMNS)
+        v = list(zip(*self._vertices)) or [()] * len(VERTEX_COLUMNS)
+        attrs = np.empty(len(v[3]), dtype=object)
+        attrs[:] = v[3]
+        self._chunks.append(
+            (
+                {name: np.array(col, dtype=EDGE_COLUMNS[name]) for name, col in zip(EDGE_COLUMNS, e)},
+                {
+                    "part": np.array(v[0], dtype=np.int32), "off": np.array(v[1], dtype=np.int64),
+                    "id": np.array(v[2], dtype=np.int32), "attrs": attrs, "ts": np.array(v[4], dtype=np.float64),
+                },
+            )
+        )
+        self._reset_rows()
 
     def take(self) -> list[ShardBatch]:
-        out = self.batches
-        self.reset()
+        """The round's batches, one per shard (empty ones included); the next round starts afresh."""
+        self._seal()
+        e = {name: _concat([c[0][name] for c in self._chunks], dtype) for name, dtype in EDGE_COLUMNS.items()}
+        v = {name: _concat([c[1][name] for c in self._chunks], dtype) for name, dtype in VERTEX_COLUMNS.items()}
+        shard_of_id = np.frombuffer(self._shard_of, dtype=np.int32) if len(self._shard_of) else _I32
+        # A stable sort by shard keeps each shard's rows in arrival order (the order of a
+        # transaction's vertex updates is its last-writer-wins tiebreak).
+        e_order, e_bounds = _by_shard(shard_of_id[e["src"]], self.n_shards)
+        v_order, v_bounds = _by_shard(shard_of_id[v["id"]], self.n_shards)
+        names = np.array(self.names, dtype=object) if self.names else np.zeros(0, dtype=object)
+        out = []
+        for s in range(self.n_shards):
+            ei = e_order[e_bounds[s] : e_bounds[s + 1]]
+            vi = v_order[v_bounds[s] : v_bounds[s + 1]]
+            se = {name: col[ei] for name, col in e.items()}
+            sv = {name: col[vi] for name, col in v.items()}
+            used = np.unique(np.concatenate([se["src"], se["dst"], sv["id"]]))
+            parts = np.unique(np.concatenate([se["part"], sv["part"]]))
+            types = np.unique(se["type"])
+            out.append(
+                ShardBatch(
+                    partitions=[self.partitions[i] for i in parts.tolist()],
+                    names=names[used].tolist(),
+                    types=[self.types[i] for i in types.tolist()],
+                    e_part=_local(parts, se["part"]),
+                    e_off=se["off"],
+                    e_src=_local(used, se["src"]),
+                    e_dst=_local(used, se["dst"]),
+                    e_type=_local(types, se["type"]),
+                    e_sign=se["sign"],
+                    e_weight=se["weight"],
+                    e_ts=se["ts"],
+                    v_part=_local(parts, sv["part"]),
+                    v_off=sv["off"],
+                    v_id=_local(used, sv["id"]),
+                    v_attrs=sv["attrs"].tolist(),
+                    v_ts=sv["ts"],
+                )
+            )
+        self._reset_round()
+        if len(self.names) > MAX_TABLE_NAMES:
+            self._reset_table()
         return out
+
+
+EDGE_COLUMNS = {
+    "part": np.int32, "off": np.int64, "src": np.int32, "dst": np.int32,
+    "type": np.int32, "sign": np.int8, "weight": np.int64, "ts": np.float64,
+}
+VERTEX_COLUMNS = {"part": np.int32, "off": np.int64, "id": np.int32, "attrs": object, "ts": np.float64}
+
+
+def _concat(chunks: list[np.ndarray], dtype) -> np.ndarray:
+    if not chunks:
+        return np.zeros(0, dtype=dtype)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def _local(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Router ids -> positions in ``table`` (sorted, holding every id)."""
+    return np.searchsorted(table, ids).astype(np.int32)
+
+
+def _by_shard(shards: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(shards, kind="stable")
+    return order, np.searchsorted(shards[order], np.arange(n + 1))

@@ -336,14 +336,17 @@ def test_router_puts_updates_on_their_vertex_shard():
     for s, b in enumerate(batches):
         assert len(b) == len(b.e_off) + len(b.v_off)
         assert len(set(b.partitions)) == len(b.partitions)
+        assert len(set(b.names)) == len(b.names) and len(set(b.types)) == len(b.types)
         for i in range(len(b.e_off)):
-            assert shard_of(b.e_src[i], n) == s
-            e = EdgeUpdate(b.e_src[i], b.e_dst[i], b.e_type[i], b.e_sign[i], b.e_weight[i], b.e_ts[i])
-            got_edges.append((b.partitions[b.e_part[i]], b.e_off[i], e))
+            src, dst = b.names[b.e_src[i]], b.names[b.e_dst[i]]
+            assert shard_of(src, n) == s
+            e = EdgeUpdate(src, dst, b.types[b.e_type[i]], int(b.e_sign[i]), int(b.e_weight[i]), float(b.e_ts[i]))
+            got_edges.append((b.partitions[b.e_part[i]], int(b.e_off[i]), e))
         for i in range(len(b.v_off)):
-            assert shard_of(b.v_id[i], n) == s
-            v = VertexUpdate(b.v_id[i], b.v_attrs[i], b.v_ts[i])
-            got_vertices.append((b.partitions[b.v_part[i]], b.v_off[i], v))
+            vid = b.names[b.v_id[i]]
+            assert shard_of(vid, n) == s
+            v = VertexUpdate(vid, b.v_attrs[i], float(b.v_ts[i]))
+            got_vertices.append((b.partitions[b.v_part[i]], int(b.v_off[i]), v))
 
     want_edges = [(p, o, u) for p, o, us in txs for u in us if isinstance(u, EdgeUpdate)]
     want_vertices = [(p, o, u) for p, o, us in txs for u in us if isinstance(u, VertexUpdate)]
@@ -356,6 +359,7 @@ def test_router_puts_updates_on_their_vertex_shard():
     router.add("file:0", 8, [EdgeUpdate("bob", "x", "link", 1, 1)])
     again = router.take()
     b = again[shard_of("bob", n)]
-    assert b.partitions == ["file:0"] and b.e_part == [0] and b.e_off == [8]
+    assert b.partitions == ["file:0"] and b.e_part.tolist() == [0] and b.e_off.tolist() == [8]
+    assert b.names == ["bob", "x"] and b.types == ["link"]
     assert sum(len(x) for x in again) == 1
     assert all(len(x) == 0 for x in router.take())
