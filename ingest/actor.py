@@ -1,7 +1,8 @@
 """The ingest actor: reads its partitions, transforms records into transactions, routes them to shards.
 
 It owns a set of source partitions (one partition has one owner). Each round it
-reads a batch from every partition, transforms it, sends one batch per shard,
+reads a batch from every partition, transforms it (the whole batch at once,
+see :meth:`~ingest.transforms.Transform.feed`), sends one batch per shard,
 and only after *every* shard has acknowledged reports progress to the epoch
 coordinator: "all of partition p below offset h_p is delivered". Reading and
 transforming round k+1 overlaps the shards' receipt of round k.
@@ -18,9 +19,8 @@ import ray
 
 from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
-from ingest.exceptions import BadRecord
 from ingest.sources import SourceSpec, open_partitions
-from ingest.transforms import get_transform
+from ingest.transforms import Event, get_transform
 
 log = logging.getLogger(__name__)
 
@@ -125,22 +125,18 @@ class IngestActor:
             after = part.position()
             if after == before:
                 continue
-            valid = 0
+            events: list[Event] = []
             for offset, raw in records:
                 # A message may pack several newline-delimited events: each is its own
                 # transaction, numbered (offset, index); they share the offset, so an
                 # epoch holds all events of a message or none.
-                events = raw.split(b"\n") if b"\n" in raw.rstrip(b"\r\n") else (raw,)
-                for index, event in enumerate(events):
-                    if not event.strip():
-                        continue
-                    try:
-                        updates = self._transform(event)
-                    except BadRecord as exc:
-                        letters.append(DeadLetter(part.name, offset, str(exc), event, index))
-                        continue
-                    self._router.add(part.name, offset, updates)
-                    valid += 1
+                if b"\n" in raw and b"\n" in raw.rstrip(b"\r\n"):
+                    events.extend(Event(offset, i, e) for i, e in enumerate(raw.split(b"\n")) if e.strip())
+                elif raw and not raw.isspace():  # isspace: strip() without the copy
+                    events.append(Event(offset, 0, raw))
+            rejected = self._transform.feed(self._router, part.name, events)
+            letters.extend(DeadLetter(part.name, e.offset, reason, e.raw, e.index) for e, reason in rejected)
+            valid = len(events) - len(rejected)
             rnd.progress[part.name] = (after, valid)
             rnd.records += len(records)
             self.stats["transactions"] += valid
