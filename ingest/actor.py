@@ -19,6 +19,7 @@ import ray
 
 from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
+from ingest.runtime import tune_gc
 from ingest.sources import SourceSpec, open_partitions
 from ingest.transforms import Event, get_transform
 
@@ -70,6 +71,7 @@ class IngestActor:
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self.stats = {"records": 0, "transactions": 0, "dead_letters": 0, "rounds": 0}
+        tune_gc()
 
     def start(self) -> None:
         if self._thread is None:

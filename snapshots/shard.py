@@ -12,6 +12,7 @@ from pathlib import Path
 import ray
 
 from ingest.batch import ShardBatch
+from ingest.runtime import tune_gc
 from snapshots.checkpoint import CheckpointStore, read_verified
 from snapshots.exceptions import CheckpointError
 from snapshots.store import ShardStore
@@ -27,6 +28,7 @@ class ShardActor:
             self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]))
             if self._store.shard != shard:
                 raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
+        tune_gc()
 
     def checkpoint(self, epoch: int, data_dir: str) -> str:
         """Write the state as of ``epoch`` (the last one applied); returns the file's sha256."""
