@@ -138,7 +138,7 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     # Mentions u -> v between two adopters of one hashtag: expand the hashtags of the end with fewer
     # of them and look each up at the other end (self-mentions meet themselves, as in the product).
     asort = np.argsort(akey)
-    sorted_akey = akey[asort]
+    sorted_akey = akey[asort]  # by user, then hashtag: a_ptr delimits each user's adoptions in it
     a_ptr = np.concatenate([[0], np.cumsum(np.bincount(av, minlength=n))])
     tagged = np.diff(a_ptr)
     e_src = np.repeat(np.arange(n), np.diff(out_ptr))
