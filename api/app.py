@@ -371,9 +371,9 @@ def create_app(
         return got
 
     def component_of(view: EpochView, i: int) -> dict | None:
-        if "components" not in (getattr(view.result, "apps", None) or {}):
-            return None
         e, n = view.result.epoch, view.result.vertices
+        if "components" not in (getattr(view.result, "apps", None) or {}) or not store.components.covers(e):
+            return None  # the application is off, or the epoch is from before a restart (labels not archived)
         label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
         if label < 0:
             return None

@@ -1,6 +1,9 @@
 """The feed: a thread that pulls new epoch results from the compute actor into the store.
 
-One actor call per poll, not per request: the API answers from memory.
+One actor call per poll, not per request: the API answers from memory. With a
+:class:`~api.archive.ResultArchive` it also keeps each new epoch on disk and,
+on its first poll after a start, puts the archived epochs from before the
+restart in front of the live ones (the archive decides whether they belong).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Callable
 
 import ray
 
+from api.archive import ResultArchive
 from api.store import EpochView, ResultStore
 
 log = logging.getLogger(__name__)
@@ -20,10 +24,15 @@ POLL_S = 0.1
 
 
 class ResultFeed:
-    def __init__(self, compute, store: ResultStore, on_epoch: Callable[[EpochView], None] | None = None) -> None:
+    def __init__(
+        self, compute, store: ResultStore, on_epoch: Callable[[EpochView], None] | None = None,
+        archive: ResultArchive | None = None,
+    ) -> None:
         self.compute = compute  # swapped by the wiring when it relaunches the pipeline
         self._store = store
         self._on_epoch = on_epoch
+        self._archive = archive
+        self._resumed = archive is None  # the archived history is put in front once, before the first live epoch
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="result-feed", daemon=True)
 
@@ -37,7 +46,15 @@ class ResultFeed:
 
     def poll(self) -> list[EpochView]:
         results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names)))
+        if not self._resumed and results and self._archive is not None:
+            self._resumed = True
+            earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
+            # Epochs from before the restart are history, not news: no listener hears of them.
+            self._store.add(earlier, names, notify=False)
+            names = []
         views = self._store.add(results, names)
+        if self._archive is not None:
+            self._archive.save([v.result for v in views])
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)

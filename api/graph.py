@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from api.exceptions import NotFound
 from compute.graph import EdgeChanges
 from pulsegraph.errors import PulsegraphError
 
@@ -121,6 +122,7 @@ class GraphHistory:
         self._by_dst = (np.zeros(0, np.int32), np.zeros(0, np.int64))
         self._undo: collections.deque[_Undo] = collections.deque()
         self.epoch = 0
+        self._first = 0  # the first epoch applied: nothing before it can be rebuilt (0: none yet)
         # Epochs whose changes were never seen (the feed fell behind the compute actor's buffer of
         # results): edges changed only in those epochs are missing from this view until they change again.
         self.missed_epochs = 0
@@ -185,11 +187,40 @@ class GraphHistory:
             self.weight.view[slots] = weight
             while len(self._undo) > self.retain:
                 self._undo.popleft()
+            if self.epoch == 0:
+                self._first = epoch
             self.epoch = epoch
 
-    def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(other end, type, multiplicity, weight) of the live edges of ``vertex`` as of ``epoch`` (None: newest)."""
+    @property
+    def kept_from(self) -> int:
+        """The oldest epoch whose graph this view can give: the first one applied, or the one before
+        the oldest undo record still retained (0: none yet)."""
         with self._lock:
+            return self._kept_from()
+
+    def _kept_from(self) -> int:
+        return max(self._first, self._undo[0].epoch - 1) if self._undo else self._first
+
+    def require(self, epoch: int) -> None:
+        """Raise :class:`~api.exceptions.NotFound` for an epoch older than this view keeps (one served
+        from the result archive after a restart), rather than answer with a later graph."""
+        with self._lock:
+            self._require(epoch)
+
+    def _require(self, epoch: int) -> None:
+        if epoch < self._kept_from():
+            raise NotFound(
+                f"the graph as of epoch {epoch} is not kept (kept: {self._kept_from()}..{self.epoch}); "
+                "epochs from before a restart keep their scores, not their edges",
+                code="graph_not_retained",
+            )
+
+    def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(other end, type, multiplicity, weight) of the live edges of ``vertex`` as of ``epoch`` (None: newest);
+        see :meth:`require` for epochs it does not keep."""
+        with self._lock:
+            if epoch is not None:
+                self._require(epoch)
             keys, slots = self._by_src if direction == "out" else self._by_dst
             lo, hi = np.searchsorted(keys, [vertex, vertex + 1])
             cand = np.sort(slots[lo:hi])

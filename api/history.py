@@ -24,6 +24,7 @@ class ArrayHistory:
         self.retain = retain
         self.fill = fill  # the value of entries of vertices that did not exist yet
         self.epoch = 0
+        self._first = 0  # the first epoch pushed: nothing before it is known
         self._current: np.ndarray | None = None
         # epoch -> (keys sorted (row << 32 | col), values before the epoch) or the whole previous array
         self._undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
@@ -48,8 +49,19 @@ class ArrayHistory:
                 self._undo[epoch] = undo
                 while len(self._undo) > self.retain:
                     self._undo.popitem(last=False)
+            if prev is None:
+                self._first = epoch
             self._current = array
             self.epoch = epoch
+
+    def covers(self, epoch: int) -> bool:
+        """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one
+        before the oldest undo record still retained."""
+        with self._lock:
+            if self._current is None:
+                return False
+            oldest = next(iter(self._undo), None)
+            return epoch >= max(self._first, oldest - 1 if oldest is not None else self._first)
 
     def at(self, epoch: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """The entries (rows[i], cols[i]) as of ``epoch`` (``fill`` beyond the array)."""

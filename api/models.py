@@ -49,7 +49,9 @@ class Vertex(BaseModel):
     out_degree: int
     in_degree: int
     scores: dict[str, float]
-    component: VertexComponent | None = Field(None, description="its weakly connected component")
+    component: VertexComponent | None = Field(
+        None, description="its weakly connected component; null when components are off, or for an epoch from before a restart (the result archive keeps scores, not component labels)",
+    )
 
 
 class ComponentItem(BaseModel):

@@ -60,6 +60,7 @@ def bidirectional_bfs(store: ResultStore, epoch: int, a: int, b: int, budget: in
 
 def find_path(store: ResultStore, view: EpochView, a: int, b: int, budget: int) -> dict:
     e = view.result.epoch
+    store.graph.require(e)
     names = store.names
     if a == b:
         return {"epoch": e, "src": names[a], "dst": names[b], "estimate": 0, "via": None, "path": [names[a]], "exact": True, "distance": 0}

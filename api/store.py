@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 # How much of each ranking is served by /v1/rank/top; `k` is bounded by it.
 TOP_CACHE = 1000
+# The applications' arrays with an entry per vertex (compute.apps): kept as undo records in the
+# histories below, not per epoch, and never archived.
+PER_VERTEX_APPS = {"components": ("labels",), "landmarks": ("to", "from")}
 
 
 @dataclass
@@ -93,7 +96,9 @@ class ResultStore:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
-    def add(self, results: list[EpochResult], new_names: list[str]) -> list[EpochView]:
+    def add(self, results: list[EpochResult], new_names: list[str], notify: bool = True) -> list[EpochView]:
+        """Keep new epochs (ignoring ones already kept) and the names added since; listeners hear of
+        each new epoch unless ``notify`` is false."""
         views = []
         for r in sorted(results, key=lambda r: r.epoch):
             top, ranks = {}, {}
@@ -105,7 +110,9 @@ class ResultStore:
         # Merged outside the lock: two sorted runs, which timsort merges in linear time.
         sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
         for v in views:
-            self.graph.apply(v.result.epoch, v.result.edge_changes, bool(getattr(v.result, "full_changes", False)))
+            full = bool(getattr(v.result, "full_changes", False))
+            if v.result.edge_changes is not None or full:  # archived epochs carry no graph
+                self.graph.apply(v.result.epoch, v.result.edge_changes, full)
             self._keep_apps(v)
         with self._lock:
             for name in new_names:
@@ -129,7 +136,7 @@ class ResultStore:
             for v in self._epochs.values():
                 algos.update(v.result.scores)
             self._algorithms = tuple(sorted(algos))
-            listeners = list(self._listeners)
+            listeners = list(self._listeners) if notify else []
         for v in views:
             for listener in listeners:
                 try:
@@ -142,6 +149,7 @@ class ResultStore:
         """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts."""
         apps = getattr(v.result, "apps", None) or {}
         e = v.result.epoch
+        # Keys as in PER_VERTEX_APPS.
         comp = apps.get("components")
         if comp is not None and comp.get("labels") is not None:
             self.components.push(e, comp.pop("labels"))

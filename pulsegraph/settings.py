@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     topics_budget: float = Field(0.2, gt=0, le=1, description="K-exposure recounts run on a thread beside the epochs, at most this share of the time (1: within every epoch); /v1/topics says which epoch the curves were counted at")
     path_bfs_budget: int = Field(2000, ge=0, le=1_000_000, description="vertices the bidirectional BFS of /v1/paths may expand to confirm an estimate (0: never)")
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
+    archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")

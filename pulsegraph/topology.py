@@ -19,6 +19,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from api.exceptions import NotFound
+from api.archive import ResultArchive
 from api.feed import ResultFeed
 from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
@@ -147,7 +148,8 @@ class Pipeline:
             if self._stop.is_set():
                 return
             raise
-        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived).start()
+        archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs) if self.settings.archive_results else None
+        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, archive).start()
         self._launched.set()
 
     def _recovery(self) -> tuple[Manifest | None, dict | None]:

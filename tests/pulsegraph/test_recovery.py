@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
+import orjson
 import ray
+from fastapi.testclient import TestClient
 
+from api.app import create_app
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from snapshots.checkpoint import CheckpointStore
@@ -144,3 +147,36 @@ def test_without_a_checkpoint_a_restart_recuts_the_logged_history(ray_cluster, t
     finally:
         p.stop()
     assert_log_is_one_history(tmp_path / "data" / "epochs.log")
+
+
+def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_path):
+    lines = edge_lines(1500, seed=15)
+    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
+    p = Pipeline(settings(tmp_path, rate=1500)).start()
+    p.wait_for_epoch(lambda v: v.result.epoch >= 8, timeout=60)
+    crash(p)  # the feed stops first: every epoch it took in is archived
+    before = {v.result.epoch: v for v in p.store.recent(10_000)}
+    p = Pipeline(settings(tmp_path, rate=0)).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
+        assert ray.get(p.compute.snapshot.remote()) == reference(records, view.result.vector)
+        # The first epoch after the one restored from the checkpoint: the graph is kept from there on.
+        recovered = p.store.graph.kept_from
+        assert 1 < recovered <= max(before) + 1
+        client = TestClient(create_app(p.store))
+        epochs = [e["epoch"] for e in client.get("/v1/epochs", params={"limit": 1000}).json()["items"]]
+        assert epochs == list(range(view.result.epoch, 0, -1)), "one history across the restart, no gap"
+        for e in range(1, recovered):
+            got = client.get(f"/v1/epochs/{e}").json()
+            assert got == orjson.loads(orjson.dumps(before[e].info)), "served as it was before the restart"
+            top = client.get("/v1/rank/top", params={"epoch": e, "k": 5}).json()["items"]
+            assert [t["vertex"] for t in top] == [p.store.names[i] for i in before[e].top["pagerank"][:5]]
+        v = top[0]["vertex"]
+        history = client.get(f"/v1/vertices/{v}/history", params={"limit": 1000}).json()["items"]
+        assert [h["epoch"] for h in history][:2] == [min(before), min(before) + 1]
+        old = client.get(f"/v1/vertices/{v}/neighbors", params={"epoch": recovered - 1})
+        assert old.status_code == 404 and old.json()["error"]["code"] == "graph_not_retained"
+        assert client.get(f"/v1/vertices/{v}/neighbors", params={"epoch": recovered}).status_code == 200
+        assert client.get(f"/v1/vertices/{v}", params={"epoch": recovered - 1}).status_code == 200
+    finally:
+        p.stop()

@@ -1,0 +1,116 @@
+"""The result archive: what a restart serves from before it, and when it refuses to.
+
+The end-to-end restart through real actors is in tests/pulsegraph/test_recovery.py;
+here the archive and the store meet directly, with results built by hand.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from api.archive import ResultArchive
+from api.exceptions import NotFound
+from api.store import ResultStore
+from compute.graph import EdgeChanges
+from compute.results import EpochResult
+
+NAMES = [f"v{i}" for i in range(6)]
+
+
+def result(epoch: int, *, full: bool = False, offset: int | None = None) -> EpochResult:
+    """Epoch ``e`` of a toy history: vertex ``e % 6`` gains an edge to ``(e + 1) % 6``; scores favour it."""
+    scores = np.full(6, 1.0)
+    scores[epoch % 6] = 2.0
+    src = np.arange(6, dtype=np.int32) if full else np.array([epoch % 6], np.int32)
+    dst = (src + 1) % 6
+    ones = np.ones(len(src), np.int64)
+    return EpochResult(
+        epoch=epoch, vector={"p:0": 10 * epoch if offset is None else offset}, records=10 * epoch, vertices=6,
+        edges=6, committed_at=time.time(), commit_ms=1.0, timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0},
+        scores={"pagerank": scores / scores.sum()}, out_degree=np.ones(6, np.int32), in_degree=np.ones(6, np.int32),
+        edge_changes=EdgeChanges(src, dst, np.zeros(len(src), np.int16), ones, ones * 1_000_000),
+        full_changes=full, types=["link"],
+        apps={"components": {"labels": np.zeros(6, np.int32), "top": np.array([0]), "top_sizes": np.array([6]), "count": 1}},
+    )
+
+
+def archived(tmp_path, epochs, retain: int = 100) -> ResultArchive:
+    a = ResultArchive(tmp_path / "results", retain)
+    a.save([result(e, full=e == epochs[0]) for e in epochs])
+    return a
+
+
+def test_a_restart_serves_the_epochs_before_the_one_it_recovered(tmp_path):
+    archived(tmp_path, list(range(1, 9)))
+    again = ResultArchive(tmp_path / "results", 100)
+    older = again.history_before(result(6, full=True))
+    assert [r.epoch for r in older] == [1, 2, 3, 4, 5]
+    assert older[2].vector == {"p:0": 30} and older[2].edge_changes is None
+    # Epochs 6.. are published again by the recovered pipeline and archived anew.
+    assert again.latest == 5
+    again.save([result(6), result(7)])
+    assert sorted(p.name for p in (tmp_path / "results").iterdir())[-1] == "epoch-000000000007.res"
+
+
+def test_the_archive_follows_on_when_the_first_live_epoch_is_the_next_one(tmp_path):
+    archived(tmp_path, [1, 2, 3])
+    older = ResultArchive(tmp_path / "results", 100).history_before(result(4, full=True))
+    assert [r.epoch for r in older] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "first_live",
+    [
+        result(6, full=True, offset=61),  # same number, another vector: another history
+        result(5, full=True, offset=1),  # follows on, but its vector does not contain the archived one
+        result(12, full=True),  # a gap: epochs 9..11 were never archived
+        result(1, full=True, offset=3),  # a new history in the same folder
+    ],
+)
+def test_an_archive_of_another_history_is_not_served_and_starts_afresh(tmp_path, first_live, caplog):
+    archived(tmp_path, [1, 2, 3, 4, 5, 6, 7, 8] if first_live.epoch != 5 else [1, 2, 3, 4])
+    a = ResultArchive(tmp_path / "results", 100)
+    assert a.history_before(first_live) == []
+    assert list((tmp_path / "results").iterdir()) == [] and a.latest == 0
+    assert "starting afresh" in caplog.text
+
+
+def test_a_corrupt_epoch_file_is_skipped_not_fatal(tmp_path, caplog):
+    archived(tmp_path, [1, 2, 3, 4])
+    path = tmp_path / "results" / "epoch-000000000002.res"
+    path.write_bytes(path.read_bytes()[:-7])
+    older = ResultArchive(tmp_path / "results", 100).history_before(result(5, full=True))
+    assert [r.epoch for r in older] == [1, 3, 4]
+    assert "skipping epoch 2" in caplog.text
+
+
+def test_the_archive_keeps_only_the_retained_epochs(tmp_path):
+    a = archived(tmp_path, list(range(1, 11)), retain=4)
+    assert sorted(p.name for p in a.root.iterdir()) == [f"epoch-{e:012d}.res" for e in (7, 8, 9, 10)]
+    older = ResultArchive(a.root, 4).history_before(result(11, full=True))
+    assert [r.epoch for r in older] == [7, 8, 9, 10]
+
+
+def test_the_store_serves_archived_scores_but_never_an_archived_graph(tmp_path):
+    archived(tmp_path, [1, 2, 3, 4, 5])
+    older = ResultArchive(tmp_path / "results", 100).history_before(result(4, full=True))
+    store = ResultStore(retain=100)
+    heard = []
+    store.subscribe(heard.append)
+    store.add(older, NAMES, notify=False)
+    store.add([result(4, full=True), result(5)], [])
+    assert [v.result.epoch for v in heard] == [4, 5], "listeners hear of live epochs only"
+    assert [v.result.epoch for v in store.recent(10)] == [5, 4, 3, 2, 1]
+    assert store.get(2).top["pagerank"][0] == 2 and store.get(3).previous is store.get(2)
+    assert store.get(4).previous is store.get(3), "history runs on across the restart"
+    # The graph is rebuilt from the recovered epoch on: older epochs are refused, not answered with it.
+    assert store.graph.kept_from == 4
+    other, *_ = store.graph.neighbors(0, "out", 4)
+    assert other.tolist() == [1]
+    with pytest.raises(NotFound) as err:
+        store.graph.neighbors(0, "out", 3)
+    assert err.value.code == "graph_not_retained"
+    assert store.components.covers(4) and not store.components.covers(3)
