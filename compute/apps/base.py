@@ -81,7 +81,11 @@ class AppGraph:
                 for se in self.g._shards.values():
                     keep = (se.mult.view > 0) & (se.etype.view == t)
                     parts.append((se.src.view[keep].astype(np.int64), se.dst.view[keep].astype(np.int64), se.mult.view[keep]))
-                got = tuple(np.concatenate(c) for c in zip(*parts)) if parts else (np.zeros(0, np.int64),) * 3
+                if parts:
+                    s, d, m = (np.concatenate(c) for c in zip(*parts))
+                else:
+                    s = d = m = np.zeros(0, np.int64)
+                got = (s, d, m)
             self._typed[etype] = got
         return got
 
