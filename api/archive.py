@@ -1,8 +1,10 @@
 """The result archive: the retained epochs' results on disk, so a restarted service keeps its history.
 
 Owns ``<data_dir>/results/``: one file per published epoch
-(``epoch-000000000042.res``), written atomically with a checksum by
-:func:`snapshots.checkpoint.write_atomic`; the newest ``retain`` are kept. It
+(``epoch-000000000042.res``), written with a checksum under a temporary name
+and renamed (:func:`snapshots.checkpoint.write_atomic`, without fsync: losing
+the newest few to a power cut costs history, never correctness); the newest
+``retain`` are kept. It
 never touches the checkpoints or the epoch log.
 
 A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk:
@@ -71,7 +73,8 @@ class ResultArchive:
                     for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
             try:
-                write_atomic(self._path(r.epoch), pickle.dumps(light, protocol=5))
+                # Not fsynced: a torn file after a power cut fails its checksum and is skipped.
+                write_atomic(self._path(r.epoch), pickle.dumps(light, protocol=5), durable=False)
             except CheckpointError as exc:
                 log.error("result archive: epoch %d not kept on disk: %s", r.epoch, exc)
                 return

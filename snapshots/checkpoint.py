@@ -32,21 +32,27 @@ MAGIC = b"PULSEGRAPH-CKPT-1\n"
 KEEP = 2
 
 
-def write_atomic(path: Path, payload: bytes) -> str:
-    """Write ``MAGIC + sha256 + payload`` durably at ``path``; returns the hex digest."""
+def write_atomic(path: Path, payload: bytes, durable: bool = True) -> str:
+    """Write ``MAGIC + sha256 + payload`` at ``path`` (temporary name, then rename); returns the hex digest.
+
+    ``durable``: fsync the file and its folder before returning. Without it a crash may leave the
+    file torn or empty, which :func:`read_verified` rejects: for files that are a convenience, not
+    a promise (the API's result archive)."""
     digest = hashlib.sha256(payload).digest()
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as fh:
             fh.write(MAGIC + digest + payload)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if durable:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as exc:
         raise CheckpointError(f"cannot write {path}: {exc}. Operator action: check the disk under {path.parent}.") from exc
     return digest.hex()
