@@ -39,7 +39,13 @@ import sys
 import time
 import zipfile
 
-import numpy as np
+# The compute actor runs with one BLAS thread (Ray sets OMP_NUM_THREADS=1 in its workers), and so
+# does this bench: with a thread per core on shared cores, the solver's small dense products (the
+# Krylov basis) ran 100-200x slower and made the figures a measure of the load, not of the solver.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402 - after the thread settings above
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
