@@ -22,8 +22,8 @@ import numpy as np
 
 from ingest.events import EdgeUpdate, Update, VertexUpdate
 
-# The Router's name table is dropped (between rounds) when it grows past this:
-# hot names come right back, and a long-running actor's memory stays bounded.
+# The Router's name table (and its memos) is dropped between rounds when it grows
+# past this: hot names come right back, and a long-running actor's memory stays bounded.
 MAX_TABLE_NAMES = 1_000_000
 
 _I32 = np.zeros(0, dtype=np.int32)
@@ -198,7 +198,8 @@ class Router:
                 )
             )
         self._reset_round()
-        if len(self.names) > MAX_TABLE_NAMES:
+        # A memo can outgrow the table (many raw spellings of one name): it bounds the table's life too.
+        if max([len(self.names), *map(len, self.memos.values())]) > MAX_TABLE_NAMES:
             self._reset_table()
         return out
 
