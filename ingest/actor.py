@@ -21,6 +21,7 @@ from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
 from ingest.runtime import tune_gc
 from ingest.sources import SourceSpec, open_partitions
+from ingest.sources.kafka import KafkaPartition
 from ingest.transforms import Event, get_transform
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class IngestActor:
         self._shards = shards
         self._coordinator = coordinator
         self._stop = threading.Event()
+        self._sink: KafkaDeadLetterSink | FileDeadLetterSink
         if spec.kind == "kafka":
             self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop)
         else:
@@ -137,7 +139,7 @@ class IngestActor:
                 elif raw and not raw.isspace():  # isspace: strip() without the copy
                     events.append(Event(offset, 0, raw))
             rejected = self._transform.feed(self._router, part.name, events)
-            letters.extend(DeadLetter(part.name, e.offset, reason, e.raw, e.index) for e, reason in rejected)
+            letters.extend(DeadLetter(part.name, e.offset, reason, e.raw, e.event_index) for e, reason in rejected)
             valid = len(events) - len(rejected)
             rnd.progress[part.name] = (after, valid)
             rnd.records += len(records)
@@ -156,6 +158,5 @@ class IngestActor:
         self.stats["rounds"] += 1
         # Upstream offsets (Kafka's consumer group) follow the durable epochs only.
         for part in self._parts:
-            client = getattr(part, "client", None)
-            if client is not None:
-                client.commit({part.partition: durable[part.name]} if part.name in durable else {})
+            if isinstance(part, KafkaPartition):
+                part.client.commit({part.partition: durable[part.name]} if part.name in durable else {})

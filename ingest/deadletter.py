@@ -29,7 +29,7 @@ class DeadLetter(NamedTuple):
     offset: int
     reason: str
     record: bytes
-    index: int = 0  # the event's place in its message (a Kafka message may pack several)
+    event_index: int = 0  # the event's place in its message (a Kafka message may pack several)
 
 
 class FileDeadLetterSink:
@@ -46,7 +46,7 @@ class FileDeadLetterSink:
                 {
                     "partition": d.partition,
                     "offset": d.offset,
-                    "index": d.index,
+                    "index": d.event_index,
                     "reason": d.reason,
                     "record": d.record.decode("utf-8", "replace")[:MAX_RECORD_CHARS],
                     "at": now,
@@ -107,7 +107,7 @@ class KafkaDeadLetterSink:
                             ("reason", d.reason.encode()),
                             ("partition", d.partition.encode()),
                             ("offset", str(d.offset).encode()),
-                            ("index", str(d.index).encode()),
+                            ("index", str(d.event_index).encode()),
                         ],
                     )
                     for d in letters

@@ -56,7 +56,7 @@ class Event(NamedTuple):
     """One event of a round: its position and its raw bytes (no newline but trailing ones)."""
 
     offset: int
-    index: int  # its place in a message that packs several events
+    event_index: int  # its place in a message that packs several events
     raw: bytes
 
 
@@ -125,7 +125,7 @@ class Transform:
             if good:
                 self._emit(router, partition, good, decoded, rejected)
             # The emitter's rejections came after the decoder's: back into event order.
-            rejected[mark:] = sorted(rejected[mark:], key=lambda r: (r.event.offset, r.event.index))
+            rejected[mark:] = sorted(rejected[mark:], key=lambda r: (r.event.offset, r.event.event_index))
 
     def _emit(self, router: Router, partition: str, events: list[Event], decoded: list, rejected: list[Rejected]) -> None:
         def slow(k: int) -> None:
@@ -206,51 +206,51 @@ def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Twee
 
     stamps = [t.ts for t in tweets]
     if None in stamps or not set(map(type, stamps)) <= {float}:
-        for k, ts in enumerate(stamps):
-            if type(ts) is not float:
-                plain[k] = ts is None
+        for k, stamp in enumerate(stamps):
+            if type(stamp) is not float:
+                plain[k] = stamp is None
                 stamps[k] = 0.0
     ts = np.array(stamps, dtype=np.float64)
     plain &= np.isfinite(ts)
 
     users = [t.user for t in tweets]
-    user = list(map(ids.get, users))
-    if None in user:
-        for k, u in enumerate(user):
+    user_ids: list[Any] = list(map(ids.get, users))
+    if None in user_ids:
+        for k, u in enumerate(user_ids):
             if u is None:
                 if _plain_id(users[k]):
-                    user[k] = vertex_id(users[k])
+                    user_ids[k] = vertex_id(users[k])
                 else:
-                    plain[k], user[k] = False, -1
+                    plain[k], user_ids[k] = False, -1
 
     mention_lists = [t.mentions for t in tweets]
     of_mention = np.repeat(np.arange(n), list(map(len, mention_lists)))
     mentions = list(chain.from_iterable(mention_lists))
-    m_id = list(map(ids.get, mentions))
-    if None in m_id:
-        for j, m in enumerate(m_id):
+    mention_ids: list[Any] = list(map(ids.get, mentions))
+    if None in mention_ids:
+        for j, m in enumerate(mention_ids):
             if m is None:
                 if _plain_id(mentions[j]):
-                    m_id[j] = vertex_id(mentions[j])
+                    mention_ids[j] = vertex_id(mentions[j])
                 else:
-                    plain[of_mention[j]], m_id[j] = False, -1
+                    plain[of_mention[j]], mention_ids[j] = False, -1
 
     tag_lists = [t.hashtags for t in tweets]
     of_tag = np.repeat(np.arange(n), list(map(len, tag_lists)))
     raw_tags = list(chain.from_iterable(tag_lists))
-    t_id = list(map(tag_memo.get, raw_tags))
-    if None in t_id:
-        for j, t in enumerate(t_id):
+    tag_ids: list[Any] = list(map(tag_memo.get, raw_tags))
+    if None in tag_ids:
+        for j, t in enumerate(tag_ids):
             if t is None:
                 name = "#" + raw_tags[j].lstrip("#").lower()
                 if len(name) > 1 and _plain_id(name):
-                    t_id[j] = tag_memo[raw_tags[j]] = vertex_id(name)
+                    tag_ids[j] = tag_memo[raw_tags[j]] = vertex_id(name)
                 else:
-                    plain[of_tag[j]], t_id[j] = False, -1
+                    plain[of_tag[j]], tag_ids[j] = False, -1
 
     # Each distinct mention and tag counts once per tweet (ids are one-to-one with the names).
-    m_id, of_mention = _first_per_tweet(np.array(m_id, dtype=np.int64), of_mention)
-    t_id, of_tag = _first_per_tweet(np.array(t_id, dtype=np.int64), of_tag)
+    m_id, of_mention = _first_per_tweet(np.array(mention_ids, dtype=np.int64), of_mention)
+    t_id, of_tag = _first_per_tweet(np.array(tag_ids, dtype=np.int64), of_tag)
     plain &= np.bincount(of_mention, minlength=n) + np.bincount(of_tag, minlength=n) <= MAX_TWEET_FANOUT
     m_keep, t_keep = plain[of_mention], plain[of_tag]
     m_id, of_mention, t_id, of_tag = m_id[m_keep], of_mention[m_keep], t_id[t_keep], of_tag[t_keep]
@@ -266,7 +266,7 @@ def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Twee
     users_at = np.flatnonzero(plain)
     order = np.argsort(np.concatenate([users_at, of_tag]), kind="stable")
     v_tweet = np.concatenate([users_at, of_tag])[order]
-    user = np.array(user, dtype=np.int32)
+    user = np.array(user_ids, dtype=np.int32)
     v_id = np.concatenate([user[users_at], t_id.astype(np.int32)])[order]
     attrs = np.empty(len(v_id), dtype=object)
     attrs[:] = [{"kind": "user", "last_seen": t} for t in ts[users_at].tolist()] + [{"kind": "hashtag"} for _ in range(len(t_id))]

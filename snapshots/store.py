@@ -46,7 +46,7 @@ class EdgeTable:
         # The earliest event time among the edge's adds (+inf before any): min commutes, so it is a
         # pure function of the epoch vector like the sums. K-exposure orders adopters by it.
         self.first_ts = Column(np.float64)
-        self._keys = np.zeros(0, dtype=np.uint64)
+        self._keys: np.ndarray = np.zeros(0, dtype=np.uint64)
         self._slots = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:

@@ -9,6 +9,7 @@ lines and resumes at line ``o``, the first one not yet applied.
 from __future__ import annotations
 
 import os
+from typing import IO
 
 from ingest.exceptions import SourceError
 from ingest.sources.base import RateLimiter, Record, SourcePartition
@@ -22,7 +23,7 @@ class FilePartition(SourcePartition):
         self._path = path
         self._limiter = RateLimiter(rate)
         self._end = limit
-        self._fh = None
+        self._fh: IO[bytes] | None = None
         self._line = 0
         self._pending = b""  # a trailing line still waiting for its newline
         self._start = start
@@ -52,7 +53,7 @@ class FilePartition(SourcePartition):
         return self._end is not None and self._line >= self._end
 
     def next_batch(self, max_records: int) -> list[Record]:
-        if not self._open():
+        if not self._open() or self._fh is None:  # _open() True means the file is open
             return []
         if self._end is not None:
             max_records = min(max_records, self._end - self._line)

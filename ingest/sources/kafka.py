@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from typing import Any
 
 from ingest.sources.base import Record, SourcePartition
 
@@ -44,7 +45,7 @@ class KafkaClient:
         self.connected = False
         self.error: str | None = None
         self.lag: dict[int, int] = {}
-        self._consumer = None
+        self._consumer: Any = None  # a kafka.KafkaConsumer once connected (kafka is imported lazily)
         self._backoff = BACKOFF_MIN_S
         self._next_try = 0.0
         self._next_probe = 0.0
