@@ -54,7 +54,9 @@ class AppGraph:
     in_indptr: np.ndarray
     in_indices: np.ndarray
     scores: dict[str, np.ndarray] = field(default_factory=dict)
+    # Built on first use, for this epoch only (an AppGraph is built per epoch).
     _typed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _first_index: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # sorted (src << 32 | dst), first add time
 
     @property
     def n(self) -> int:
@@ -94,15 +96,18 @@ class AppGraph:
         out = np.full(len(src), np.inf)
         if etype not in self.g.types or not len(src):
             return out
-        t = self.g.types.index(etype)
-        ks, fs = [], []
-        for se in self.g._shards.values():
-            keep = (se.mult.view > 0) & (se.etype.view == t)
-            ks.append((se.src.view[keep].astype(np.int64) << 32) | se.dst.view[keep].astype(np.int64))
-            fs.append(se.first_ts.view[keep])
-        keys, first = np.concatenate(ks), np.concatenate(fs)
-        order = np.argsort(keys)
-        keys, first = keys[order], first[order]
+        index = self._first_index.get(etype)
+        if index is None:  # once per epoch and type: a scan of every shard's edges and a sort
+            t = self.g.types.index(etype)
+            ks, fs = [], []
+            for se in self.g._shards.values():
+                keep = (se.mult.view > 0) & (se.etype.view == t)
+                ks.append((se.src.view[keep].astype(np.int64) << 32) | se.dst.view[keep].astype(np.int64))
+                fs.append(se.first_ts.view[keep])
+            keys, first = np.concatenate(ks), np.concatenate(fs)
+            order = np.argsort(keys)
+            index = self._first_index[etype] = (keys[order], first[order])
+        keys, first = index
         want = (src.astype(np.int64) << 32) | dst.astype(np.int64)
         pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
         hit = (len(keys) > 0) & (keys[pos] == want) if len(keys) else np.zeros(len(want), dtype=bool)

@@ -215,8 +215,10 @@ class Exposure(Application):
         first = graph.first_seen(TAGS, keys >> _SHIFT, keys & _LOW)
         known = np.isfinite(first)
         attrs = graph.g.attrs
-        last_seen = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()])
-        ts = np.where(known, first, last_seen)
+        ts = first.copy()
+        # A dict lookup per stamp, so only where the edge has no time (a graph of tweets always has one).
+        unknown = np.flatnonzero(~known)
+        ts[unknown] = [float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys[unknown].tolist()]
         epochs = np.where(known, 0, graph.epoch).astype(np.int64)
         all_keys = np.concatenate([state.keys, keys])
         order = np.argsort(all_keys, kind="stable")
