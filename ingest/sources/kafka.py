@@ -1,4 +1,4 @@
-"""The Kafka source (kafka-python): one consumer per ingest actor, one SourcePartition per topic-partition.
+"""The Kafka source: one consumer per ingest actor, one SourcePartition per topic-partition.
 
 The sequence number of a transaction is its Kafka offset; a partition's name,
 its key in every epoch vector, is ``topic:partition``. Partitions are assigned
@@ -9,11 +9,18 @@ offsets of durable epochs, for lag monitoring.
 
 A broker that is unreachable, at start or mid-stream, is retried with capped
 exponential backoff; meanwhile the partitions hand out nothing and report
-``connected == False``. kafka-python resumes fetching where it was.
+``connected == False``. Both clients resume fetching where they were.
+
+This module owns that behaviour once, in :class:`BaseKafkaClient` (start
+offsets, per-partition queues, ``take``, positions, backoff, lag, commits), and
+the kafka-python client, :class:`KafkaClient`; the librdkafka client,
+``ConfluentKafkaClient``, is in :mod:`ingest.sources.confluent`. A client only
+connects, polls, reads end offsets, commits and closes.
 """
 
 from __future__ import annotations
 
+import abc
 import collections
 import logging
 import time
@@ -31,10 +38,12 @@ BACKOFF_MAX_S = 10.0
 REQUEST_TIMEOUT_MS = 5000
 # How often an idle consumer checks that the broker still answers (and measures lag).
 PROBE_S = 2.0
+# How long one fill waits for records: short, so a round over several partitions never stalls.
+POLL_TIMEOUT_S = 0.02
 
 
-class KafkaClient:
-    """The consumer shared by the partitions one ingest actor owns."""
+class BaseKafkaClient(abc.ABC):
+    """The consumer shared by the partitions one ingest actor owns; a subclass is one Kafka client library."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], starts: dict[int, int], group: str) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
@@ -45,51 +54,65 @@ class KafkaClient:
         self.connected = False
         self.error: str | None = None
         self.lag: dict[int, int] = {}
-        self._consumer: Any = None  # a kafka.KafkaConsumer once connected (kafka is imported lazily)
+        self._consumer: Any = None  # the library's consumer once connected (imported lazily)
         self._backoff = BACKOFF_MIN_S
         self._next_try = 0.0
         self._next_probe = 0.0
         self._committed: dict[int, int] = {}
 
-    def _tps(self):
-        from kafka import TopicPartition
+    # -- what a client library provides --------------------------------------------------
 
-        return [TopicPartition(self.topic, p) for p in self._partitions]
+    @abc.abstractmethod
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        """The library's exceptions that mean the broker did not answer (caught, never raised)."""
+
+    @abc.abstractmethod
+    def _open(self) -> Any:
+        """A new consumer, assigned the partitions and sought to :meth:`_starts` of the log start offsets."""
+
+    @abc.abstractmethod
+    def _poll(self, max_records: int) -> dict[int, list[Record]]:
+        """What is ready now, per partition in offset order (waits at most POLL_TIMEOUT_S)."""
+
+    @abc.abstractmethod
+    def _end_offsets(self) -> dict[int, int]:
+        """The end offset (the next one to be written) of every partition, from the broker."""
+
+    @abc.abstractmethod
+    def _commit(self, offsets: dict[int, int]) -> None:
+        """Commit ``offsets`` (the first offset not applied, per partition) to the group, synchronously."""
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Close the consumer."""
+
+    # -- shared behaviour ---------------------------------------------------------------------
+
+    def _starts(self, log_starts: dict[int, int]) -> dict[int, int]:
+        """Where each partition resumes, given the broker's log start offsets: offsets below the log
+        start were deleted by retention and are reported lost; the queues restart there."""
+        for p in self._partitions:
+            begin = log_starts[p]
+            if self.positions[p] < begin:
+                log.error(
+                    "%s:%d: offsets %d..%d were deleted by retention before they were applied; they are lost",
+                    self.topic, p, self.positions[p], begin - 1,
+                )
+                self.positions[p] = begin
+            self._fetched[p] = self.positions[p]
+            self.queues[p].clear()
+        return dict(self.positions)
 
     def _connect(self) -> bool:
         if self._consumer is not None:
             return True
         if time.monotonic() < self._next_try:
             return False
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
-
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=self.group,
-                enable_auto_commit=False,
-                request_timeout_ms=REQUEST_TIMEOUT_MS,
-                client_id=f"pulsegraph-{self.topic}",
-            )
-            tps = self._tps()
-            consumer.assign(tps)
-            begins = consumer.beginning_offsets(tps)
-            for tp in tps:
-                start = self.positions[tp.partition]
-                if start < begins[tp]:
-                    log.error(
-                        "%s:%d: offsets %d..%d were deleted by retention before they were applied; they are lost",
-                        self.topic, tp.partition, start, begins[tp] - 1,
-                    )
-                    start = self.positions[tp.partition] = begins[tp]
-                consumer.seek(tp, start)
-                self._fetched[tp.partition] = start
-                self.queues[tp.partition].clear()
-        except KafkaError as exc:
+            self._consumer = self._open()
+        except self._errors() as exc:
             self._down(exc)
             return False
-        self._consumer = consumer
         self._up()
         log.info("connected to Kafka at %s for %s partitions %s", self.bootstrap, self.topic, self._partitions)
         return True
@@ -97,7 +120,7 @@ class KafkaClient:
     def _up(self) -> None:
         self.connected, self.error, self._backoff = True, None, BACKOFF_MIN_S
 
-    def _down(self, exc: Exception) -> None:
+    def _down(self, exc: BaseException) -> None:
         if self.connected or self.error is None:
             log.warning("Kafka at %s unreachable (%s); retrying with backoff", self.bootstrap, exc)
         self.connected, self.error = False, f"{type(exc).__name__}: {exc}"
@@ -108,21 +131,21 @@ class KafkaClient:
         """Fetch what is ready into the per-partition queues (waits at most a few ms)."""
         if not self._connect():
             return
-        from kafka.errors import KafkaError
-
         try:
-            batch = self._consumer.poll(timeout_ms=20, max_records=max_records)
-        except KafkaError as exc:
+            batch = self._poll(max_records)
+        except self._errors() as exc:
             self._down(exc)
             return
         got = False
-        for tp, recs in batch.items():
-            q = self.queues[tp.partition]
-            for r in recs:
-                if r.offset >= self._fetched[tp.partition]:  # a re-fetch after a reconnect is dropped
-                    q.append(Record(r.offset, r.value if r.value is not None else b""))
-                    self._fetched[tp.partition] = r.offset + 1
-                    got = True
+        for p, recs in batch.items():
+            fetched = self._fetched[p]
+            if recs[0].offset < fetched:  # a re-fetch after a reconnect is dropped
+                recs = [r for r in recs if r.offset >= fetched]
+                if not recs:
+                    continue
+            self.queues[p].extend(recs)
+            self._fetched[p] = recs[-1].offset + 1
+            got = True
         if got:
             self._up()
             return
@@ -134,15 +157,13 @@ class KafkaClient:
         """Ask the broker for the end offsets: it answers (lag measured) or the client is disconnected."""
         if self._consumer is None:
             return
-        from kafka.errors import KafkaError
-
         try:
-            ends = self._consumer.end_offsets(self._tps())
-        except KafkaError as exc:
+            ends = self._end_offsets()
+        except self._errors() as exc:
             self._down(exc)
             return
         self._up()
-        self.lag = {tp.partition: max(0, end - self.positions[tp.partition]) for tp, end in ends.items()}
+        self.lag = {p: max(0, end - self.positions[p]) for p, end in ends.items()}
 
     def take(self, partition: int, max_records: int) -> list[Record]:
         q = self.queues[partition]
@@ -158,26 +179,76 @@ class KafkaClient:
         fresh = {p: o for p, o in offsets.items() if p in self.positions and self._committed.get(p) != o}
         if not fresh or self._consumer is None:
             return
-        from kafka import TopicPartition
-        from kafka.errors import KafkaError
-        from kafka.structs import OffsetAndMetadata
-
         try:
-            self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in fresh.items()})
+            self._commit(fresh)
             self._committed.update(fresh)
-        except KafkaError as exc:
+        except self._errors() as exc:
             log.warning("could not commit offsets to group %s: %s", self.group, exc)
 
     def close(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
+            self._close()
             self._consumer = None
+
+
+class KafkaClient(BaseKafkaClient):
+    """kafka-python: pure Python, record CRCs checked by crc32c."""
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        from kafka.errors import KafkaError
+
+        return (KafkaError,)
+
+    def _tps(self):
+        from kafka import TopicPartition
+
+        return [TopicPartition(self.topic, p) for p in self._partitions]
+
+    def _open(self) -> Any:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=False,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            client_id=f"pulsegraph-{self.topic}",
+        )
+        try:
+            tps = self._tps()
+            consumer.assign(tps)
+            starts = self._starts({tp.partition: o for tp, o in consumer.beginning_offsets(tps).items()})
+            for tp in tps:
+                consumer.seek(tp, starts[tp.partition])
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer
+
+    def _poll(self, max_records: int) -> dict[int, list[Record]]:
+        batch = self._consumer.poll(timeout_ms=int(POLL_TIMEOUT_S * 1000), max_records=max_records)
+        return {
+            tp.partition: [Record(r.offset, r.value if r.value is not None else b"") for r in recs]
+            for tp, recs in batch.items() if recs
+        }
+
+    def _end_offsets(self) -> dict[int, int]:
+        return {tp.partition: end for tp, end in self._consumer.end_offsets(self._tps()).items()}
+
+    def _commit(self, offsets: dict[int, int]) -> None:
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+
+    def _close(self) -> None:
+        self._consumer.close()
 
 
 class KafkaPartition(SourcePartition):
     """One topic-partition; resumes at the first offset not yet applied."""
 
-    def __init__(self, client: KafkaClient, partition: int) -> None:
+    def __init__(self, client: BaseKafkaClient, partition: int) -> None:
         self.name = f"{client.topic}:{partition}"
         self.client = client
         self.partition = partition
