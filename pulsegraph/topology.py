@@ -117,6 +117,7 @@ class Pipeline:
             bootstrap=s.bootstrap,
             topic=s.topic,
             group=s.group,
+            kafka_client=s.kafka_client,
         )
 
     @property

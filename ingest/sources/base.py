@@ -92,6 +92,7 @@ class SourceSpec:
     bootstrap: str | None = None
     topic: str | None = None
     group: str = "pulsegraph"
+    kafka_client: str = "kafka-python"  # "kafka-python" | "confluent": the library behind the kafka partitions
     options: dict = field(default_factory=dict)
 
     def partition_names(self) -> list[str]:
@@ -116,10 +117,19 @@ def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) 
     from ingest.sources.synthetic import SyntheticPartition
 
     if spec.kind == "kafka":
-        from ingest.sources.kafka import KafkaClient, KafkaPartition, partition_number
+        from ingest.sources.kafka import BaseKafkaClient, KafkaClient, KafkaPartition, partition_number
 
+        client_class: type[BaseKafkaClient]
+        if spec.kafka_client == "confluent":
+            from ingest.sources.confluent import ConfluentKafkaClient
+
+            client_class = ConfluentKafkaClient
+        elif spec.kafka_client == "kafka-python":
+            client_class = KafkaClient
+        else:
+            raise SourceError(f"unknown Kafka client {spec.kafka_client!r}; expected kafka-python or confluent")
         numbers = [partition_number(n) for n in names]
-        client = KafkaClient(
+        client = client_class(
             str(spec.bootstrap), str(spec.topic), numbers, {partition_number(n): starts.get(n, 0) for n in names}, spec.group
         )
         return [KafkaPartition(client, p) for p in numbers]

@@ -1,7 +1,9 @@
 """Ingest from a real Kafka broker (tools/kafka.sh), through real Ray actors, to the reference graph.
 
 Each test gets its own uuid topic. The reference is built from the records
-read back from the topic itself, so it is exactly what was produced.
+read back from the topic itself, so it is exactly what was produced. The key
+tests run with both Kafka clients (``--kafka-client``): kafka-python and
+confluent-kafka (librdkafka).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import time
 
 import networkx as nx
 import numpy as np
+import pytest
 import ray
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
 
+from ingest.sources.base import SourceSpec, open_partitions
 from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
@@ -63,14 +68,112 @@ def kafka_settings(tmp_path, broker, topic: str, **kw) -> Settings:
     return Settings(**base)
 
 
-def test_100k_tweets_from_4_partitions_end_in_the_reference_graph(ray_cluster, kafka_broker, tmp_path):
+CLIENTS = ["kafka-python", "confluent"]
+
+
+def open_kafka(broker, topic: str, client: str, starts: dict[str, int], partitions: int = 2, group: str = "") -> list:
+    spec = SourceSpec(kind="kafka", partitions=partitions, bootstrap=broker.bootstrap, topic=topic,
+                      group=group or f"g-{topic}", kafka_client=client)
+    return open_partitions(spec, spec.partition_names(), starts)
+
+
+def read_until(parts, ends: dict[str, int], timeout: float = 60) -> dict[str, list]:
+    """Everything the partitions hand out until each reaches ``ends[name]``, in batches of at most 300."""
+    got: dict[str, list] = {p.name: [] for p in parts}
+    deadline = time.monotonic() + timeout
+    while any(p.position() < ends[p.name] for p in parts) and time.monotonic() < deadline:
+        for p in parts:
+            got[p.name].extend((r.offset, r.value) for r in p.next_batch(300))
+    assert all(p.position() == ends[p.name] for p in parts), {p.name: p.position() for p in parts}
+    return got
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_partitions_resume_at_their_start_offsets_measure_lag_and_commit(kafka_broker, client):
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=2000, partitions=2))
+    records = consume_all(kafka_broker.bootstrap, topic)
+    ends = end_vector(records)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.delete_records({TopicPartition(topic, 1): 40})  # as retention would: offsets 0..39 of partition 1 are gone
+    admin.close()
+    starts = {f"{topic}:0": 17, f"{topic}:1": 5}
+    parts = open_kafka(kafka_broker, topic, client, starts, group=f"g-{topic}")
+    try:
+        assert parts[1].next_batch(0) == []  # connects: a start below the log start moves up to it (the loss is logged)
+        client_ = parts[0].client
+        assert [p.position() for p in parts] == [17, 40]
+        client_.probe()
+        assert client_.connected and client_.error is None
+        assert client_.lag == {0: ends[f"{topic}:0"] - 17, 1: ends[f"{topic}:1"] - 40}
+        got = read_until(parts, ends)
+        assert got == {f"{topic}:0": records[f"{topic}:0"][17:], f"{topic}:1": records[f"{topic}:1"][40:]}
+        client_.probe()
+        assert client_.lag == {0: 0, 1: 0}
+        client_.commit({0: 100, 1: 200})
+    finally:
+        for p in parts:
+            p.close()
+    c = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=f"g-{topic}", enable_auto_commit=False)
+    assert [c.committed(TopicPartition(topic, p)) for p in (0, 1)] == [100, 200]
+    c.close()
+    # Reopened mid-log (a checkpoint's vector), each partition hands out exactly from there.
+    mid = {f"{topic}:0": 500, f"{topic}:1": 777}
+    parts = open_kafka(kafka_broker, topic, client, mid)
+    try:
+        got = read_until(parts, ends)
+        assert got == {name: records[name][o:] for name, o in mid.items()}
+    finally:
+        for p in parts:
+            p.close()
+
+
+def test_a_broker_outage_disconnects_both_clients_and_they_resume_without_loss(kafka_broker):
+    """One outage for both clients side by side (a broker restart is the slow part of this test)."""
+    topic = kafka_broker.topic()
+    produce(produce_args(kafka_broker, topic, limit=600, partitions=2, seed=3))
+    opened = {c: open_kafka(kafka_broker, topic, c, {}) for c in CLIENTS}
+    down = False
+    try:
+        ends = end_vector(consume_all(kafka_broker.bootstrap, topic))
+        got = {c: read_until(parts, ends) for c, parts in opened.items()}
+        kafka_broker.stop()
+        down = True
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and any(ps[0].client.connected for ps in opened.values()):
+            for parts in opened.values():
+                for p in parts:
+                    assert p.next_batch(300) == []
+            time.sleep(0.05)
+        for c, parts in opened.items():
+            assert not parts[0].client.connected and parts[0].client.error, c
+        kafka_broker.start()
+        down = False
+        produce(produce_args(kafka_broker, topic, limit=600, partitions=2, seed=4))
+        records = consume_all(kafka_broker.bootstrap, topic)
+        ends = end_vector(records)
+        for c, parts in opened.items():
+            for name, recs in read_until(parts, ends, timeout=90).items():
+                got[c][name].extend(recs)
+            assert got[c] == records, c
+            assert parts[0].client.connected and parts[0].client.error is None, c
+    finally:
+        if down:  # the other tests share the broker
+            kafka_broker.start()
+        for parts in opened.values():
+            for p in parts:
+                p.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_100k_tweets_from_4_partitions_end_in_the_reference_graph(ray_cluster, kafka_broker, tmp_path, client):
     topic = kafka_broker.topic()
     stats = produce(produce_args(kafka_broker, topic, limit=100_000))
     assert stats == {**stats, "sent": 100_000, "errors": 0}
     records = consume_all(kafka_broker.bootstrap, topic)
     assert sum(map(len, records.values())) == 100_000 and all(records.values())
     want_vector = end_vector(records)
-    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, pagerank_tol=1e-12)).start()
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, pagerank_tol=1e-12, kafka_client=client)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
         want = reference(records, want_vector, "tweets")

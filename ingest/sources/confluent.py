@@ -1,0 +1,127 @@
+"""The librdkafka client of the Kafka source (confluent-kafka), behind the same interface as kafka-python's.
+
+librdkafka fetches and checks records in C on its own threads and prefetches
+ahead of the ingest loop; Python only sees a list of messages per ``consume``.
+Everything but the library calls (start offsets, queues, positions, backoff,
+lag, commits to the group) is :class:`ingest.sources.kafka.BaseKafkaClient`'s.
+
+librdkafka reconnects to a broker by itself and resumes fetching where it was,
+so a live consumer is never rebuilt: a transport error (reported through
+``error_cb`` or, rarely, as an errored message) marks the client disconnected,
+and the next records or the next successful probe of the end offsets mark it
+connected again. Partition EOF is not an error (and is not enabled).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ingest.sources.base import Record
+from ingest.sources.kafka import POLL_TIMEOUT_S, REQUEST_TIMEOUT_MS, BaseKafkaClient
+
+log = logging.getLogger(__name__)
+
+# librdkafka prefetches up to this much per partition (its default is 64 MB): some
+# seconds of records at 100k+ messages/s, without holding hundreds of MB per actor.
+QUEUED_MAX_KBYTES = 16 * 1024
+
+
+class ConfluentKafkaClient(BaseKafkaClient):
+    """confluent-kafka (librdkafka): records are parsed in C; Python touches each message once."""
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        from confluent_kafka import KafkaException
+
+        return (KafkaException,)
+
+    def _on_error(self, err: Any) -> None:
+        """librdkafka's client-level errors (all brokers down, authentication, fatal): disconnected.
+
+        A transport error alone is one broker connection dropping (an idle one the broker
+        closed, or one broker of several): librdkafka reconnects or moves on to the new
+        leader by itself, so it is not an outage; with every broker gone comes
+        ``_ALL_BROKERS_DOWN``, and the probe catches whatever else."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        if err.code() != KafkaError._TRANSPORT:
+            self._down(KafkaException(err))
+
+    def _tp(self, partition: int, offset: int | None = None) -> Any:
+        from confluent_kafka import TopicPartition
+
+        return TopicPartition(self.topic, partition) if offset is None else TopicPartition(self.topic, partition, offset)
+
+    def _open(self) -> Any:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "client.id": f"pulsegraph-{self.topic}",
+                # The checkpoint is the truth: offsets go to the group only through commit().
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+                "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
+                "error_cb": self._on_error,
+                # librdkafka's own log lines go to Python logging, not to the worker's stderr.
+                "logger": log,
+            }
+        )
+        try:
+            lows = {p: self._watermarks(consumer, p)[0] for p in self._partitions}
+            starts = self._starts(lows)
+            consumer.assign([self._tp(p, starts[p]) for p in self._partitions])
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer
+
+    def _watermarks(self, consumer: Any, partition: int) -> tuple[int, int]:
+        """(log start, end) of a partition, asked of the broker (raises KafkaException when it does not answer)."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        got = consumer.get_watermark_offsets(self._tp(partition), timeout=REQUEST_TIMEOUT_MS / 1000, cached=False)
+        if got is None:  # older clients answer None instead of raising on a timeout
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return int(got[0]), int(got[1])
+
+    def _poll(self, max_records: int) -> dict[int, list[Record]]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        out: dict[int, list[Record]] = {}
+        # consume() waits until it has num_messages or the timeout passed: take what is
+        # prefetched at once, and wait only when there is nothing.
+        msgs = self._consumer.consume(num_messages=max_records, timeout=0)
+        if not msgs:
+            msgs = self._consumer.consume(num_messages=max_records, timeout=POLL_TIMEOUT_S)
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self._down(KafkaException(err))
+                continue
+            p = m.partition()
+            recs = out.get(p)
+            if recs is None:
+                recs = out[p] = []
+            value = m.value()
+            recs.append(Record(m.offset(), value if value is not None else b""))
+        return out
+
+    def _end_offsets(self) -> dict[int, int]:
+        return {p: self._watermarks(self._consumer, p)[1] for p in self._partitions}
+
+    def _commit(self, offsets: dict[int, int]) -> None:
+        from confluent_kafka import KafkaException
+
+        done = self._consumer.commit(offsets=[self._tp(p, o) for p, o in offsets.items()], asynchronous=False)
+        failed = [tp for tp in done or [] if tp.error is not None]
+        if failed:
+            raise KafkaException(failed[0].error)
+
+    def _close(self) -> None:
+        self._consumer.close()
