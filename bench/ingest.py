@@ -1,7 +1,10 @@
 """End-to-end ingest through a real Kafka broker: events/s and timeliness at 1 s epochs.
 
 Starts a broker with tools/kafka.sh (or uses ``--bootstrap``), then for each
-message packing (one event per message, and ``--pack`` events per message):
+message packing (one event per message, and ``--pack`` events per message) and
+each Kafka client of ``--kafka-client`` (several are measured side by side: the
+capacity topic is produced once and drained by each client in turn, ``--repeat``
+times, alternating):
 
 1. capacity: pre-produces ``--events`` synthetic tweets to a fresh 4-partition
    topic, starts the pipeline (``--ingest-actors`` x ``--shards``, 1 s epochs)
@@ -12,6 +15,7 @@ message packing (one event per message, and ``--pack`` events per message):
    append time is the timeliness of those records. p50/p99 are over epochs.
 
     .venv/bin/python -m bench.ingest --events 1000000 --rate 10000
+    .venv/bin/python -m bench.ingest --kafka-client kafka-python confluent --repeat 2
 
 ``--stages N`` instead times the data path's stages on one core, no broker and
 no Ray: N synthetic tweets from 4 partitions, in rounds of 2,000 per partition,
@@ -95,31 +99,38 @@ def append_times(bootstrap: str, topic: str, wanted: dict[str, list[int]]) -> di
     return out
 
 
-def run_pipeline(args, bootstrap, topic, data_dir) -> tuple[Pipeline, list]:
+def run_pipeline(args, bootstrap, topic, data_dir, client: str) -> tuple[Pipeline, list]:
     seen: list = []
     settings = Settings(
         source="kafka", bootstrap=bootstrap, topic=topic, transform="tweets", ingest_actors=args.ingest_actors,
         shards=args.shards, epoch_interval="1s", data_dir=data_dir, batch_size=args.batch_size, checkpoint_every=10,
+        kafka_client=client,
     )
     p = Pipeline(settings, on_epoch=lambda v: seen.append((time.time(), v.result))).start()
     return p, seen
 
 
-def capacity(args, bootstrap: str, pack: int) -> dict:
+def capacity(args, bootstrap: str, pack: int, clients: list[str]) -> dict[str, list[dict]]:
+    """Per client, ``args.repeat`` drains of one pre-produced topic, the clients alternating."""
     topic = f"bench-cap-{pack}-{int(time.time())}"
     create_topic(bootstrap, topic, 4)
     t0 = time.monotonic()
     stats = produce(produce_args(bootstrap, topic, args.events, 0, pack))
     print(f"  produced {stats['sent']:,} events in {stats['messages']:,} messages at {stats['sent'] / (time.monotonic() - t0):,.0f}/s", file=sys.stderr)
-    return drain(args, bootstrap, topic)
+    out: dict[str, list[dict]] = {c: [] for c in clients}
+    for _ in range(args.repeat):
+        for client in clients:
+            out[client].append(drain(args, bootstrap, topic, client))
+            print(f"  {client}: {out[client][-1]}", file=sys.stderr)
+    return out
 
 
-def drain(args, bootstrap: str, topic: str) -> dict:
+def drain(args, bootstrap: str, topic: str, client: str) -> dict:
     """Run the pipeline on a pre-produced topic until all ``args.events`` are sealed with results.
 
     The rate is measured from the end of the first epoch to the last: start-up (Ray, the
     consumers' first fetch) is excluded."""
-    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"))
+    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"), client)
     try:
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):
@@ -138,10 +149,10 @@ def drain(args, bootstrap: str, topic: str) -> dict:
     }
 
 
-def timeliness(args, bootstrap: str, pack: int) -> dict:
+def timeliness(args, bootstrap: str, pack: int, client: str) -> dict:
     topic = f"bench-tl-{pack}-{int(time.time())}"
     create_topic(bootstrap, topic, 4)
-    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"))
+    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"), client)
     try:
         p.wait_until_launched(120)
         time.sleep(3)
@@ -227,6 +238,11 @@ def main() -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--kafka-client", nargs="+", choices=("kafka-python", "confluent"),
+                    default=[Settings.model_fields["kafka_client"].default],
+                    help="the Kafka client(s) of the pipeline; several are measured side by side")
+    ap.add_argument("--repeat", type=int, default=1, help="capacity drains per client, the clients alternating")
+    ap.add_argument("--packs", type=int, nargs="+", help="the events per message to measure (default: 1 and --pack)")
     ap.add_argument("--stages", type=int, metavar="N", help="time the data path's stages on N tweets instead (no broker)")
     args = ap.parse_args()
     if args.stages:
@@ -239,19 +255,22 @@ def main() -> int:
         return 0
     rows = []
     with broker(args.bootstrap) as bootstrap:
-        for pack in (1, args.pack):
+        for pack in args.packs or (1, args.pack):
             print(f"events per message: {pack}", file=sys.stderr)
-            cap = capacity(args, bootstrap, pack)
-            tl = timeliness(args, bootstrap, pack)
-            rows.append((pack, cap, tl))
+            caps = capacity(args, bootstrap, pack, args.kafka_client)
+            for client in args.kafka_client:
+                rows.append((pack, client, caps[client], timeliness(args, bootstrap, pack, client)))
     print(f"machine: {machine()}")
     print(f"{args.ingest_actors} ingest actors, {args.shards} shards, 1 s epochs; capacity over {args.events:,} pre-produced events; "
           f"timeliness at {args.rate:,.0f} events/s offered for {args.seconds:.0f} s")
-    print("| events/message | capacity events/s | commit p50 ms | offered events/s | timeliness oldest p50 / p99 ms | newest p50 ms |")
-    print("|---|---|---|---|---|---|")
-    for pack, cap, tl in rows:
-        rate = f"{cap['events_per_s']:,.0f}" if cap["epochs"] >= 3 else f"n/a ({cap['epochs']} epochs: raise --events)"
-        print(f"| {pack} | {rate} | {cap.get('commit_p50', 0):.0f} | {tl['offered_per_s']:,.0f} "
+    print("| Kafka client | events/message | capacity events/s | commit p50 ms | offered events/s | timeliness oldest p50 / p99 ms | newest p50 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for pack, client, caps, tl in rows:
+        rate = " / ".join(
+            f"{cap['events_per_s']:,.0f}" if cap["epochs"] >= 3 else f"n/a ({cap['epochs']} epochs: raise --events)" for cap in caps
+        )
+        commit = " / ".join(f"{cap.get('commit_p50', 0):.0f}" for cap in caps)
+        print(f"| {client} | {pack} | {rate} | {commit} | {tl['offered_per_s']:,.0f} "
               f"| {tl['oldest_p50']:,.0f} / {tl['oldest_p99']:,.0f} | {tl['newest_p50']:,.0f} |")
     return 0
 
