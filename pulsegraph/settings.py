@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     topic: str | None = Field(None, description="the Kafka topic of --source kafka (its bad records go to TOPIC.dlq)")
     group: str = Field("pulsegraph", description="Kafka consumer group that durable offsets are committed to (for lag monitoring)")
     kafka_client: Literal["kafka-python", "confluent"] = Field(
-        "kafka-python", description="the Kafka client library of --source kafka: kafka-python or confluent (librdkafka)"
+        "confluent", description="the Kafka client library of --source kafka: confluent (librdkafka) or kafka-python"
     )
     transform: str | None = Field(None, description="record -> updates: edges or tweets (default: tweets for synthetic, edges for file)")
     rate: float | None = Field(None, ge=0, description="events/s to read; 0 means as fast as the pipeline takes them (default: 1000 for synthetic, unbounded for file)")

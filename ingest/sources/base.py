@@ -92,7 +92,7 @@ class SourceSpec:
     bootstrap: str | None = None
     topic: str | None = None
     group: str = "pulsegraph"
-    kafka_client: str = "kafka-python"  # "kafka-python" | "confluent": the library behind the kafka partitions
+    kafka_client: str = "confluent"  # "confluent" | "kafka-python": the library behind the kafka partitions
     options: dict = field(default_factory=dict)
 
     def partition_names(self) -> list[str]:
