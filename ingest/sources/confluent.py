@@ -22,6 +22,18 @@ from ingest.sources.kafka import POLL_TIMEOUT_S, REQUEST_TIMEOUT_MS, BaseKafkaCl
 
 log = logging.getLogger(__name__)
 
+
+class _NoConnectFailures(logging.Filter):
+    """Drops librdkafka's FAIL lines: while a broker is away it logs every failed connect
+    (about 20 a second per consumer here); the outage is logged once, by ``_down``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("FAIL ")
+
+
+_librdkafka_log = logging.getLogger(f"{__name__}.librdkafka")
+_librdkafka_log.addFilter(_NoConnectFailures())
+
 # librdkafka prefetches up to this much per partition (its default is 64 MB): some
 # seconds of records at 100k+ messages/s, without holding hundreds of MB per actor.
 QUEUED_MAX_KBYTES = 16 * 1024
@@ -68,7 +80,7 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
                 # librdkafka's own log lines go to Python logging, not to the worker's stderr.
-                "logger": log,
+                "logger": _librdkafka_log,
             }
         )
         try:
