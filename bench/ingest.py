@@ -130,13 +130,15 @@ def drain(args, bootstrap: str, topic: str, client: str) -> dict:
 
     The rate is measured from the end of the first epoch to the last: start-up (Ray, the
     consumers' first fetch) is excluded."""
-    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"), client)
+    data = tempfile.mkdtemp(prefix="pg-bench-")
+    p, seen = run_pipeline(args, bootstrap, topic, data, client)
     try:
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):
             time.sleep(0.5)
     finally:
         p.stop()
+        shutil.rmtree(data, ignore_errors=True)
     done = [r for _, r in seen]
     if len(done) < 3:
         return {"events_per_s": 0.0, "epochs": len(done)}
@@ -152,7 +154,8 @@ def drain(args, bootstrap: str, topic: str, client: str) -> dict:
 def timeliness(args, bootstrap: str, pack: int, client: str) -> dict:
     topic = f"bench-tl-{pack}-{int(time.time())}"
     create_topic(bootstrap, topic, 4)
-    p, seen = run_pipeline(args, bootstrap, topic, tempfile.mkdtemp(prefix="pg-bench-"), client)
+    data = tempfile.mkdtemp(prefix="pg-bench-")
+    p, seen = run_pipeline(args, bootstrap, topic, data, client)
     try:
         p.wait_until_launched(120)
         time.sleep(3)
@@ -164,6 +167,7 @@ def timeliness(args, bootstrap: str, pack: int, client: str) -> dict:
         time.sleep(5)
     finally:
         p.stop()
+        shutil.rmtree(data, ignore_errors=True)
     epochs = [(t, r) for t, r in seen if r.records > 0]
     wanted: dict[str, list[int]] = {}
     prev: dict[str, int] = {}

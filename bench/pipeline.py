@@ -11,6 +11,7 @@ Markdown table row for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -31,10 +32,11 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--epoch-interval", default="1s")
     args = ap.parse_args()
+    data = tempfile.mkdtemp(prefix="pg-bench-")
     settings = Settings(
         source="synthetic", rate=0, shards=args.shards, ingest_actors=args.ingest_actors,
         partitions=args.partitions, batch_size=args.batch_size, epoch_interval=args.epoch_interval,
-        data_dir=tempfile.mkdtemp(prefix="pg-bench-"),
+        data_dir=data,
     )
     seen = []
     p = Pipeline(settings, on_epoch=lambda v: seen.append(v.result)).start()
@@ -48,6 +50,7 @@ def main() -> int:
         print(file=sys.stderr)
     finally:
         p.stop()
+        shutil.rmtree(data, ignore_errors=True)
     run = seen[warm:]
     if len(run) < 2:
         print("too few epochs", file=sys.stderr)
