@@ -18,10 +18,11 @@ import time
 from bench.ingest import broker, create_topic, drain, produce_args
 from bench.machine import describe
 from pulsegraph.produce import produce
+from pulsegraph.settings import Settings
 
 
 def measure(args, bootstrap: str, topic: str, shards: int, ingest: int) -> dict:
-    return drain(argparse.Namespace(**{**vars(args), "shards": shards, "ingest_actors": ingest}), bootstrap, topic)
+    return drain(argparse.Namespace(**{**vars(args), "shards": shards, "ingest_actors": ingest}), bootstrap, topic, args.kafka_client)
 
 
 def main() -> int:
@@ -31,6 +32,7 @@ def main() -> int:
     ap.add_argument("--pack", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--kafka-client", choices=("kafka-python", "confluent"), default=Settings.model_fields["kafka_client"].default)
     args = ap.parse_args()
     rows = []
     with broker(args.bootstrap) as bootstrap:
@@ -43,7 +45,7 @@ def main() -> int:
                 print(f"  {shards} shards, {ingest} ingest: {r['events_per_s']:,.0f} events/s", file=sys.stderr)
                 rows.append((shards, ingest, r))
     print(f"machine: {describe()}")
-    print(f"{args.events:,} tweets in messages of {args.pack}, 4 partitions, 1 s epochs")
+    print(f"{args.events:,} tweets in messages of {args.pack}, 4 partitions, 1 s epochs, Kafka client {args.kafka_client}")
     print("| shards | ingest actors | events/s | commit p50 / p99 ms |")
     print("|---|---|---|---|")
     for shards, ingest, r in rows:
