@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     users: int = Field(20_000, ge=2, description="users in the synthetic stream")
     hashtags: int = Field(1_000, ge=1, description="hashtags in the synthetic stream")
     shards: int | None = Field(None, ge=1, le=256, description="shard actors (default: 2 per node of the Ray cluster; a checkpoint's count when resuming)")
-    ingest_actors: int | None = Field(None, ge=1, le=256, description="ingest actors, partitions spread over them (default: one per node, at most one per partition)")
+    ingest_actors: int | None = Field(None, ge=1, le=256, description="ingest actors, partitions spread over them (default: two per node, at most one per partition)")
     batch_size: int = Field(2000, ge=1, le=1_000_000, description="records read per partition per round")
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     host: str = Field("127.0.0.1", description="address the API binds")
