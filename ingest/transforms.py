@@ -189,6 +189,20 @@ def _plain_id(name) -> bool:
     return type(name) is str and 0 < len(name) <= MAX_ID_BYTES // 4
 
 
+def _ids_of(router: Router, names: list, owner, plain: np.ndarray) -> list[Any]:
+    """The router's ids of ``names``, interning new plain ones; a name that is not plain gives -1
+    and sends the tweet that owns it (``owner[j]``) to the per-record path."""
+    got: list[Any] = list(map(router.ids.get, names))
+    if None in got:
+        for j, found in enumerate(got):
+            if found is None:
+                if _plain_id(names[j]):
+                    got[j] = router.vertex_id(names[j])
+                else:
+                    plain[owner[j]], got[j] = False, -1
+    return got
+
+
 def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Tweet], slow) -> None:
     """The batch path of :func:`tweets_transform`: the same updates, in the same order.
 
@@ -201,7 +215,7 @@ def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Twee
     """
     n = len(tweets)
     plain = np.ones(n, dtype=bool)
-    ids, vertex_id = router.ids, router.vertex_id
+    vertex_id = router.vertex_id
     tag_memo = router.memos.setdefault("tweets.tags", {})
 
     stamps = [t.ts for t in tweets]
@@ -213,27 +227,11 @@ def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Twee
     ts = np.array(stamps, dtype=np.float64)
     plain &= np.isfinite(ts)
 
-    users = [t.user for t in tweets]
-    user_ids: list[Any] = list(map(ids.get, users))
-    if None in user_ids:
-        for k, u in enumerate(user_ids):
-            if u is None:
-                if _plain_id(users[k]):
-                    user_ids[k] = vertex_id(users[k])
-                else:
-                    plain[k], user_ids[k] = False, -1
+    user_ids = _ids_of(router, [t.user for t in tweets], range(n), plain)
 
     mention_lists = [t.mentions for t in tweets]
     of_mention = np.repeat(np.arange(n), list(map(len, mention_lists)))
-    mentions = list(chain.from_iterable(mention_lists))
-    mention_ids: list[Any] = list(map(ids.get, mentions))
-    if None in mention_ids:
-        for j, m in enumerate(mention_ids):
-            if m is None:
-                if _plain_id(mentions[j]):
-                    mention_ids[j] = vertex_id(mentions[j])
-                else:
-                    plain[of_mention[j]], mention_ids[j] = False, -1
+    mention_ids = _ids_of(router, list(chain.from_iterable(mention_lists)), of_mention, plain)
 
     tag_lists = [t.hashtags for t in tweets]
     of_tag = np.repeat(np.arange(n), list(map(len, tag_lists)))
