@@ -55,7 +55,7 @@ class AppGraph:
     in_indices: np.ndarray
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     # Built on first use, for this epoch only (an AppGraph is built per epoch).
-    _typed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _typed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     _first_index: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # sorted (src << 32 | dst), first add time
 
     @property
@@ -70,26 +70,32 @@ class AppGraph:
         ii, ix = csr_pairs(n, dst, src)
         return cls(g, epoch, oi, ox, ii, ix, dict(scores or {}))
 
-    def typed(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(src, dst, multiplicity) of the live edges of one type (empty when the type is unknown)."""
+    def _edges(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, multiplicity, first add time) of the live edges of one type, gathered from the
+        shards once per epoch (empty when the type is unknown)."""
         got = self._typed.get(etype)
         if got is None:
-            if etype not in self.g.types:
-                z = np.zeros(0, dtype=np.int64)
-                got = (z, z, z)
-            else:
+            parts = []
+            if etype in self.g.types:
                 t = self.g.types.index(etype)
-                parts = []
                 for se in self.g._shards.values():
                     keep = (se.mult.view > 0) & (se.etype.view == t)
-                    parts.append((se.src.view[keep].astype(np.int64), se.dst.view[keep].astype(np.int64), se.mult.view[keep]))
-                if parts:
-                    s, d, m = (np.concatenate(c) for c in zip(*parts))
-                else:
-                    s = d = m = np.zeros(0, np.int64)
-                got = (s, d, m)
-            self._typed[etype] = got
+                    parts.append((
+                        se.src.view[keep].astype(np.int64), se.dst.view[keep].astype(np.int64),
+                        se.mult.view[keep], se.first_ts.view[keep],
+                    ))
+            if parts:
+                s, d, m, f = (np.concatenate(c) for c in zip(*parts))
+            else:
+                s = d = m = np.zeros(0, np.int64)
+                f = np.zeros(0, np.float64)
+            got = self._typed[etype] = (s, d, m, f)
         return got
+
+    def typed(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, multiplicity) of the live edges of one type (empty when the type is unknown)."""
+        s, d, m, _ = self._edges(etype)
+        return s, d, m
 
     def first_seen(self, etype: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """The earliest add time of each live (src, dst) edge of ``etype`` (+inf where unknown)."""
@@ -97,16 +103,11 @@ class AppGraph:
         if etype not in self.g.types or not len(src):
             return out
         index = self._first_index.get(etype)
-        if index is None:  # once per epoch and type: a scan of every shard's edges and a sort
-            t = self.g.types.index(etype)
-            ks, fs = [], []
-            for se in self.g._shards.values():
-                keep = (se.mult.view > 0) & (se.etype.view == t)
-                ks.append((se.src.view[keep].astype(np.int64) << 32) | se.dst.view[keep].astype(np.int64))
-                fs.append(se.first_ts.view[keep])
-            keys, first = np.concatenate(ks), np.concatenate(fs)
+        if index is None:  # once per epoch and type: the live edges sorted by key
+            s, d, _, f = self._edges(etype)
+            keys = (s << 32) | d
             order = np.argsort(keys)
-            index = self._first_index[etype] = (keys[order], first[order])
+            index = self._first_index[etype] = (keys[order], f[order])
         keys, first = index
         want = (src.astype(np.int64) << 32) | dst.astype(np.int64)
         pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
