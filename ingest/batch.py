@@ -64,6 +64,15 @@ class ShardBatch:
         return len(self.e_off) + len(self.v_off)
 
 
+def _intern(ids: dict[str, int], names: list[str], name: str) -> int:
+    """The id of ``name`` in the (ids, names) pair, appended on first sight."""
+    i = ids.get(name)
+    if i is None:
+        i = ids[name] = len(names)
+        names.append(name)
+    return i
+
+
 class Router:
     """Collects a round of transactions and splits it into one :class:`ShardBatch` per shard.
 
@@ -109,18 +118,10 @@ class Router:
         return i
 
     def type_id(self, name: str) -> int:
-        i = self._type_ids.get(name)
-        if i is None:
-            i = self._type_ids[name] = len(self.types)
-            self.types.append(name)
-        return i
+        return _intern(self._type_ids, self.types, name)
 
     def partition_id(self, partition: str) -> int:
-        i = self._part_ids.get(partition)
-        if i is None:
-            i = self._part_ids[partition] = len(self.partitions)
-            self.partitions.append(partition)
-        return i
+        return _intern(self._part_ids, self.partitions, partition)
 
     def add(self, partition: str, offset: int, updates: list[Update]) -> None:
         """Add the updates of one transaction, in order."""
