@@ -60,6 +60,13 @@ class _ShardEdges:
                 c.extend(np.zeros(extra, dtype=c.view.dtype))
             self.first_ts.extend(np.full(extra, np.inf))
 
+    def state(self, slots: np.ndarray) -> "EdgeChanges":
+        """The edges in ``slots`` as they are now (copies)."""
+        return EdgeChanges(
+            self.src.view[slots], self.dst.view[slots], self.etype.view[slots],
+            self.mult.view[slots], self.weight.view[slots],
+        )
+
 
 class GlobalGraph:
     def __init__(self) -> None:
@@ -69,6 +76,10 @@ class GlobalGraph:
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
         self._shards: dict[int, _ShardEdges] = {}
+        # Kept up to date by every merge (see _count), so an epoch never scans the whole graph for them.
+        self._live_count = 0
+        self._out = Column(np.int32)
+        self._in = Column(np.int32)
 
     @property
     def n(self) -> int:
@@ -96,7 +107,36 @@ class GlobalGraph:
     def apply_with_previous(self, delta: EpochDelta) -> tuple[EdgeChanges, EdgeChanges]:
         """Merge one shard's delta; returns its edge changes and, slot for slot, the state those
         edges had before (zeros for new slots), so a consumer can apply the difference."""
-        se = self._shards.setdefault(delta.shard, _ShardEdges())
+        return self.apply_epochs([[delta]])
+
+    def apply_epochs(self, epochs: list[list[EpochDelta]]) -> tuple[EdgeChanges, EdgeChanges]:
+        """Merge the deltas of one or more consecutive epochs, oldest first. Returns the edges they
+        changed, each once, with its state after the last of them and, slot for slot, its state
+        before the first (zeros for new slots): what the epochs did together."""
+        by_shard: dict[int, list[EpochDelta]] = {}
+        for deltas in epochs:
+            for d in deltas:
+                by_shard.setdefault(d.shard, []).append(d)
+        changes, before = [], []
+        for shard in sorted(by_shard):
+            ds = by_shard[shard]
+            se = self._shards.setdefault(shard, _ShardEdges())
+            slot_sets = [d.e_slot for d in ds if len(d.e_slot)]
+            slots = None
+            if slot_sets:
+                slots = slot_sets[0] if len(slot_sets) == 1 else np.unique(np.concatenate(slot_sets))
+                se.grow(int(slots.max()) + 1)
+                b = se.state(slots)
+            for d in ds:
+                self._merge(se, d)
+            if slots is not None:
+                c = se.state(slots)
+                self._count(b, c)
+                changes.append(c)
+                before.append(b)
+        return EdgeChanges.concat(changes), EdgeChanges.concat(before)
+
+    def _merge(self, se: "_ShardEdges", delta: EpochDelta) -> None:
         if len(delta.new_ids):
             ids = se.local_to_global
             need = int(delta.new_ids.max()) + 1 - len(ids)
@@ -117,10 +157,6 @@ class GlobalGraph:
             se.grow(int(delta.e_slot.max()) + 1)
             l2g = se.local_to_global.view
             s = delta.e_slot
-            before = EdgeChanges(
-                se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
-                se.mult.view[s].copy(), se.weight.view[s].copy(),
-            )
             se.src.view[s] = l2g[delta.e_src]
             se.dst.view[s] = l2g[delta.e_dst]
             se.etype.view[s] = tmap[delta.e_type]
@@ -128,11 +164,17 @@ class GlobalGraph:
             se.weight.view[s] = delta.e_weight
             if len(delta.e_first_ts) == len(s):
                 se.first_ts.view[s] = delta.e_first_ts
-            return EdgeChanges(
-                se.src.view[s].copy(), se.dst.view[s].copy(), se.etype.view[s].copy(),
-                delta.e_mult.copy(), delta.e_weight.copy(),
-            ), before
-        return EdgeChanges.empty(), EdgeChanges.empty()
+
+    def _count(self, before: EdgeChanges, after: EdgeChanges) -> None:
+        """Keep the live edge count and the degrees from what changed, not from a scan of the graph."""
+        was, now = before.mult > 0, after.mult > 0
+        self._live_count += int(np.count_nonzero(now)) - int(np.count_nonzero(was))
+        step = now.astype(np.int32) - was.astype(np.int32)
+        moved = step != 0
+        for deg, ends in ((self._out, after.src), (self._in, after.dst)):
+            if len(deg) < self.n:
+                deg.extend(np.zeros(self.n - len(deg), dtype=np.int32))
+            np.add.at(deg.view, ends[moved], step[moved])
 
     def type_mask(self, types: tuple[str, ...] | None) -> np.ndarray:
         """Boolean per type id: is it among ``types`` (None: every type)."""
@@ -188,15 +230,16 @@ class GlobalGraph:
         return sp.csr_matrix((weights, (src, dst)), shape=(self.n, self.n))
 
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
-        """Live (src, dst, type) edges out of and into each vertex, over all types."""
-        src, dst, _ = self._live()
-        return (
-            np.bincount(src, minlength=self.n).astype(np.int32),
-            np.bincount(dst, minlength=self.n).astype(np.int32),
-        )
+        """Live (src, dst, type) edges out of and into each vertex, over all types (copies)."""
+        n = self.n
+        out = np.zeros(n, dtype=np.int32)
+        inn = np.zeros(n, dtype=np.int32)
+        out[: len(self._out)] = self._out.view
+        inn[: len(self._in)] = self._in.view
+        return out, inn
 
     def live_edges(self) -> int:
-        return sum(int(np.count_nonzero(se.mult.view > 0)) for se in self._shards.values())
+        return self._live_count
 
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot."""

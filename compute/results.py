@@ -45,6 +45,9 @@ class EpochResult:
     # and the milliseconds each took.
     apps: dict = field(default_factory=dict)
     apps_ms: dict[str, float] = field(default_factory=dict)
+    # Sealed epochs merged into this one without results of their own (the compute stage had
+    # fallen behind the cuts and ranked the newest): the API serves none of them.
+    skipped: list[int] = field(default_factory=list)
 
     def info(self) -> dict:
         """The epoch object of the API contract."""

@@ -207,7 +207,7 @@ class Pipeline:
         restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
         # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
         self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(  # type: ignore[attr-defined]
-            s.ranked_types, ranking, restore_ids
+            s.ranked_types, ranking, restore_ids, s.log_level
         )
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
         # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.

@@ -5,7 +5,18 @@ shard". Every interval the coordinator copies that table into a vector V_e,
 appends (e, V_e) to the epoch log (fsync), tells every shard to apply through
 V_e, and seals the epoch once all of them answered. It then hands the shards'
 delta references, unopened, to the downstream consumer (the compute actor),
-which it knows only as a handle with an ``apply_epoch(info, *deltas)`` method.
+which it knows only as a handle with ``apply_epochs(infos, *deltas)`` and
+``checkpoint(epoch, data_dir)`` methods.
+
+Cutting never waits for the consumer. Sealed epochs queue for a hand-off
+thread that gives the consumer everything queued whenever it is free, in one
+call: a consumer slower than the interval ranks the newest sealed epoch and
+skips the ones in between, instead of falling further behind each epoch. A
+checkpoint epoch always ends a hand-off, and the consumer's checkpoint call
+follows it, so the consumer's state is saved as of exactly that epoch; the
+manifest is committed from the hand-off thread once every part is written.
+A failure in the consumer fails the pipeline (``status()["failed"]``): nothing
+goes on ranking a graph that missed an epoch.
 """
 
 from __future__ import annotations
@@ -23,10 +34,10 @@ from snapshots.exceptions import EpochOrderError
 
 log = logging.getLogger(__name__)
 
-# Epochs handed to the consumer but not yet finished: beyond this the
-# coordinator waits, so a slow compute stage makes epochs larger instead of
-# queueing them without bound.
-MAX_INFLIGHT = 2
+# Sealed epochs waiting for the consumer: beyond this the cut waits, so a consumer that stalls
+# makes epochs larger instead of queueing delta references without bound. At one epoch a second
+# it is a minute of epochs, far more than any one computation takes.
+MAX_QUEUED = 64
 # Epochs kept for status(): a few minutes at the default interval.
 RECENT = 256
 
@@ -80,10 +91,16 @@ class EpochCoordinator:
             self._last = Epoch(resume["epoch"], dict(resume["vector"]), EpochStatus.DURABLE)
             self._replay.extend(e for e in resume.get("replay", []) if e["epoch"] > resume["epoch"])
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
-        self._inflight: collections.deque = collections.deque()
+        # Sealed epochs for the consumer: (info, delta refs, checkpoint or None), oldest first.
+        self._queue: collections.deque = collections.deque()
+        self._queued = threading.Condition()
+        self._busy = False  # the hand-off thread is inside a consumer call
+        self._handed: dict | None = None  # what the consumer answered last
         self._failed: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._handoff = threading.Thread(target=self._hand_off_loop, name="epoch-handoff", daemon=True)
+        self._handoff.start()
 
     def start(self) -> None:
         if self._interval and self._thread is None:
@@ -95,6 +112,9 @@ class EpochCoordinator:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self._drain()
+        with self._queued:
+            self._queued.notify_all()
+        self._handoff.join(timeout=60)
         self._log.close()
 
     def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> dict[str, int]:
@@ -174,25 +194,74 @@ class EpochCoordinator:
                 "updates": sum(s.updates for s in summaries),
                 "live_edges": sum(s.live_edges for s in summaries),
             }
-            if self._consumer is not None:
-                while len(self._inflight) >= MAX_INFLIGHT:
-                    self._wait_one()
-                self._inflight.append(self._consumer.apply_epoch.remote(info, *[d for _, d in pairs]))
+            checkpoint = None
             if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
-                try:
-                    self._checkpoint(epoch, valid)
-                except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
-                    log.exception("checkpoint of epoch %d failed", epoch.number)
+                # The shards write now, before they apply the next epoch; the consumer's part and
+                # the manifest follow on the hand-off thread.
+                data_dir = str(self._checkpoints.root.parent)
+                checkpoint = (epoch, valid, [s.checkpoint.remote(epoch.number, data_dir) for s in self._shards])
+            if self._consumer is not None or checkpoint is not None:
+                with self._queued:
+                    while len(self._queue) >= MAX_QUEUED and not self._failed:
+                        self._queued.wait(1.0)
+                    self._queue.append((info, [d for _, d in pairs], checkpoint))
+                    self._queued.notify_all()
             return info
 
-    def _checkpoint(self, epoch: Epoch, valid: dict[str, int]) -> None:
-        """Shards and the consumer's ids as of ``epoch``, then the manifest: the epoch is DURABLE.
-        Called after the epoch was handed to the consumer, so its checkpoint call runs after it."""
+    # -- the hand-off thread -----------------------------------------------------------------
+    def _next_batch(self) -> list:
+        """Everything queued, up to and including the first checkpoint epoch (caller holds the lock)."""
+        batch = []
+        while self._queue:
+            item = self._queue.popleft()
+            batch.append(item)
+            if item[2] is not None:
+                break
+        return batch
+
+    def _hand_off_loop(self) -> None:
+        while True:
+            with self._queued:
+                while not self._queue and not self._stop.is_set():
+                    self._queued.wait()
+                if not self._queue:
+                    return
+                batch = self._next_batch()
+                self._busy = True
+                self._queued.notify_all()
+            try:
+                self._hand_off(batch)
+            except Exception as exc:  # noqa: BLE001 - the pipeline must not go on without this epoch
+                numbers = [info["epoch"] for info, _, _ in batch]
+                log.exception("the consumer failed on epochs %s", numbers)
+                self._failed = f"compute failed on epoch {numbers[-1]}: {type(exc).__name__}: {exc}"
+                with self._queued:
+                    self._queue.clear()
+            finally:
+                with self._queued:
+                    self._busy = False
+                    self._queued.notify_all()
+
+    def _hand_off(self, batch: list) -> None:
+        infos = [info for info, _, _ in batch]
+        if self._consumer is not None:
+            refs = [d for _, deltas, _ in batch for d in deltas]
+            self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
+        checkpoint = batch[-1][2]
+        if checkpoint is not None:
+            epoch, valid, shard_refs = checkpoint
+            try:
+                self._checkpoint(epoch, valid, shard_refs)
+            except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
+                log.exception("checkpoint of epoch %d failed", epoch.number)
+
+    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shard_refs: list) -> None:
+        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
+        files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None  # only called where checkpoints are configured
         data_dir = str(self._checkpoints.root.parent)
-        refs = [s.checkpoint.remote(epoch.number, data_dir) for s in self._shards]
         compute = self._consumer.checkpoint.remote(epoch.number, data_dir) if self._consumer is not None else None
-        digests = ray.get(refs)
+        digests = ray.get(shard_refs)
         self._checkpoints.commit(
             epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None
         )
@@ -200,19 +269,14 @@ class EpochCoordinator:
         with self._lock:
             self._durable = dict(epoch.vector)
 
-    def _wait_one(self) -> None:
-        ref = self._inflight.popleft()
-        try:
-            ray.get(ref)
-        except Exception:  # noqa: BLE001 - a failed computation does not unseal the epoch
-            log.exception("the consumer failed on an epoch")
-
     def _drain(self) -> None:
-        while self._inflight:
-            self._wait_one()
+        """Wait until the consumer has finished every sealed epoch (or the hand-off failed)."""
+        with self._queued:
+            while (self._queue or self._busy) and not self._failed:
+                self._queued.wait(1.0)
 
     def flush(self) -> None:
-        """Wait until the consumer has finished every epoch handed to it."""
+        """Wait until the consumer has finished every epoch sealed so far."""
         with self._cut_lock:
             self._drain()
 

@@ -1,0 +1,167 @@
+"""Record sealed epochs once, replay them through the compute stage without Ray.
+
+``record`` runs the growing synthetic stream through the real ingest and
+snapshot code in one process (transform, router, shard stores, the epoch cut:
+what the actors run, without the actors) and saves every epoch's shard deltas,
+exactly as the compute actor receives them, compressed, to one file.
+
+``replay`` feeds them to :class:`~compute.stage.ComputeStage` (the engine and
+the applications, as the actor calls them) and prints per-epoch times by part
+and the process's memory; with ``--against`` it runs a second backend beside the
+first and checks every epoch's results against it within the stated tolerance.
+
+    .venv/bin/python -m bench.replay record --events 3000000 --per-epoch 50000 --out bench/out/epochs.rec
+    .venv/bin/python -m bench.replay replay bench/out/epochs.rec
+    .venv/bin/python -m bench.replay replay bench/out/epochs.rec --device cuda --against cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import lzma
+import pickle
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+from compute.apps.runner import AppConfig
+from compute.engine import RankConfig
+from compute.stage import ComputeStage, SealedEpoch
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def record(args) -> int:
+    from ingest.batch import Router
+    from ingest.sources import SourceSpec, open_partitions
+    from ingest.transforms import Event, get_transform
+    from snapshots.store import ShardStore
+
+    spec = SourceSpec(kind="synthetic", partitions=args.partitions, rate=None, seed=args.seed,
+                      users=args.users, hashtags=args.hashtags)
+    names = spec.partition_names()
+    parts = open_partitions(spec, names, {n: 0 for n in names})
+    transform = get_transform("tweets")
+    router = Router(args.shards)
+    stores = [ShardStore(i) for i in range(args.shards)]
+    per_part = max(args.per_epoch // len(parts), 1)
+    epochs = args.events // args.per_epoch
+    t0 = time.perf_counter()
+    with lzma.open(args.out, "wb", preset=1) as f:
+        pickle.dump({"users": args.users, "hashtags": args.hashtags, "epochs": epochs, "per_epoch": args.per_epoch}, f)
+        for e in range(1, epochs + 1):
+            vector = {}
+            for p in parts:
+                got = 0
+                while got < per_part:
+                    records = p.next_batch(min(args.batch, per_part - got))
+                    events = [Event(r.offset, 0, r.value) for r in records]
+                    transform.feed(router, p.name, events)
+                    for store, batch in zip(stores, router.take()):
+                        if len(batch):
+                            store.receive(batch)
+                    got += len(records)
+                vector[p.name] = p.position()
+            deltas = [s.apply(e, vector)[1] for s in stores]
+            info = {"epoch": e, "vector": vector, "records": sum(vector.values()), "sealed_at": time.time(),
+                    "commit_ms": 0.0, "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+            pickle.dump((info, deltas), f, protocol=5)
+            print(f"\rrecorded epoch {e}/{epochs}  {sum(s.edges.live() for s in stores) / 1e6:.2f}M live edges"
+                  f"  {(time.perf_counter() - t0):.0f} s", end="", file=sys.stderr)
+    print(f"\n{args.out}: {Path(args.out).stat().st_size / 1e6:.1f} MB", file=sys.stderr)
+    return 0
+
+
+def epochs_of(path: Path):
+    with lzma.open(path, "rb") as f:
+        header = pickle.load(f)
+        yield header
+        while True:
+            try:
+                yield pickle.load(f)
+            except EOFError:
+                return
+
+
+def _stage(device: str, budget: float | None) -> ComputeStage:
+    return ComputeStage(("mentions",), RankConfig(device=device), AppConfig(topics_budget=budget))
+
+
+def replay(args) -> int:
+    it = epochs_of(args.file)
+    header = next(it)
+    stage = _stage(args.device, args.topics_budget)
+    other = _stage(args.against, args.topics_budget) if args.against else None
+    print(f"machine: {machine()}\nreplay of {args.file} ({header}) on {stage.engine.be.name}"
+          + (f" against {other.engine.be.name}" if other else ""))
+    print("| epoch | edges | vertices | merge+graph ms | pagerank ms | tunkrank ms | apps ms (" + "/".join(
+        ["app_graph", "components", "trends", "topics", "landmarks"]) + ") | total ms | RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    totals = []
+    batch: list[SealedEpoch] = []
+    for info, deltas in it:
+        batch.append(SealedEpoch(info, deltas))
+        if len(batch) < args.merge:
+            continue
+        t = time.perf_counter()
+        r = stage.apply(batch)
+        ms = (time.perf_counter() - t) * 1000.0
+        if other is not None:
+            o = other.apply(batch)
+            for algo, s in r.scores.items():
+                err = float(np.abs(np.asarray(s) - np.asarray(o.scores[algo])).sum())
+                if err > 2 * RankConfig().tol * max(1.0, float(np.abs(o.scores[algo]).sum())):
+                    print(f"epoch {r.epoch}: {algo} differs by L1 {err:.3g}", file=sys.stderr)
+                    return 1
+        batch = []
+        totals.append(ms)
+        a = r.apps_ms
+        apps = "/".join(f"{a.get(k, 0):.0f}" for k in ("app_graph", "components", "trends", "topics", "landmarks"))
+        print(f"| {r.epoch} | {r.edges:,} | {r.vertices:,} | {r.graph_ms:.0f} | {r.compute_ms['pagerank']:.0f} | "
+              f"{r.compute_ms['tunkrank']:.0f} | {apps} | {ms:.0f} | {rss_mb():.0f} |", flush=True)
+        del r
+        gc.collect()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\nepochs {len(totals)}, median {np.median(totals):.0f} ms, p90 {np.percentile(totals, 90):.0f} ms, peak RSS {peak:.0f} MB")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--events", type=int, default=3_000_000)
+    rec.add_argument("--per-epoch", type=int, default=50_000)
+    rec.add_argument("--users", type=int, default=3_000_000)
+    rec.add_argument("--hashtags", type=int, default=100_000)
+    rec.add_argument("--partitions", type=int, default=2)
+    rec.add_argument("--shards", type=int, default=2)
+    rec.add_argument("--batch", type=int, default=5000)
+    rec.add_argument("--seed", type=int, default=7)
+    rec.add_argument("--out", type=Path, default=Path("bench/out/epochs.rec"))
+    rep = sub.add_parser("replay")
+    rep.add_argument("file", type=Path)
+    rep.add_argument("--device", default="cpu")
+    rep.add_argument("--against", default=None, help="a second device to check every epoch against (cpu)")
+    rep.add_argument("--merge", type=int, default=1, help="sealed epochs handed over together (as when compute falls behind)")
+    rep.add_argument("--topics-budget", type=float, default=None, help="K-exposure share of time (default: recount every epoch)")
+    args = ap.parse_args()
+    if args.cmd == "record":
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        return record(args)
+    return replay(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

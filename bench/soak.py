@@ -1,0 +1,293 @@
+"""Soak: the service as an operator runs it, on the growing stream, watched from outside.
+
+Starts ``pulsegraph run`` as its own process (synthetic tweets, ``--users`` large
+enough that the graph keeps growing), and every ``--every`` seconds samples
+
+* the resident memory of every process of the service by role: the API process
+  (the driver: uvicorn, the result store, the feed), ingest actors, shards, the
+  epoch coordinator, the compute actor, and Ray's own processes (GCS, raylet,
+  idle workers); read from ``/proc`` (RSS, and its anonymous part: file pages of
+  memory-mapped archives are the kernel's to drop, anonymous ones are not);
+* from the API: the newest epochs (live edges, records, timeliness, when each was
+  sealed) and ``/health`` (throttling, memory budget).
+
+At the end it prints the BENCHMARKS.md rows (per phase and a summary: peak memory,
+bytes per live edge above the first epoch, median time between epochs over the
+last minutes, timeliness p99, events/s sealed) and writes a PNG plot of memory by
+role and timeliness against time, plus the raw samples as JSON.
+
+    .venv/bin/python -m bench.soak --minutes 10 --users 3000000 --hashtags 100000
+    .venv/bin/python -m bench.soak --minutes 60 --rate 1000          # the default rate
+
+Every server it starts listens on 127.0.0.1 and is stopped by its process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+
+ROLES = ("api", "ingest", "shards", "coordinator", "compute", "ray")
+# Ray names a worker's process after its actor class ("ray::ShardActor", "ray::ShardActor.apply").
+_ACTOR_ROLES = {"IngestActor": "ingest", "ShardActor": "shards", "EpochCoordinator": "coordinator", "ComputeActor": "compute"}
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree(root: int) -> list[int]:
+    kids, out, todo = _children(), [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def role_of(pid: int, root: int) -> str:
+    if pid == root:
+        return "api"
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return "ray"
+    if cmd.startswith("ray::"):
+        return _ACTOR_ROLES.get(cmd[5:].split(".")[0].split()[0], "ray")
+    return "ray"
+
+
+def memory(pid: int) -> tuple[int, int]:
+    """(RSS, anonymous RSS) in bytes."""
+    rss = anon = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("RssAnon:"):
+                anon = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss, anon
+
+
+def get_json(url: str, timeout: float = 5.0):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def sample(root: int, base: str) -> dict:
+    by_role = {r: [0, 0] for r in ROLES}
+    for pid in tree(root):
+        rss, anon = memory(pid)
+        acc = by_role[role_of(pid, root)]
+        acc[0] += rss
+        acc[1] += anon
+    health = get_json(base + "/health") or {}
+    epochs = (get_json(base + "/v1/epochs?limit=1000") or {}).get("items", [])
+    return {"t": time.time(), "rss": {r: v[0] for r, v in by_role.items()}, "anon": {r: v[1] for r, v in by_role.items()},
+            "health": health, "epochs": epochs}
+
+
+def _killed_workers(log_path: Path) -> int:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return 0
+    return text.count("OutOfMemoryError") + text.count("was killed") + text.count("SYSTEM_ERROR")
+
+
+def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
+    """The figures the issue's targets name, from the samples and the epochs the API served."""
+    epochs: dict[int, dict] = {}
+    for s in samples:
+        for e in s["epochs"]:
+            epochs[e["epoch"]] = e
+    eps = [epochs[k] for k in sorted(epochs)]
+
+    def ts(e: dict) -> float:
+        import datetime as dt
+
+        return dt.datetime.fromisoformat(e["committed_at"]).timestamp()
+
+    totals = [sum(s["rss"].values()) for s in samples]
+    anon = [sum(s["anon"].values()) for s in samples]
+    out: dict = {"peak_rss": max(totals, default=0), "peak_anon": max(anon, default=0), "epochs": len(eps)}
+    if len(eps) >= 2:
+        t = np.array([ts(e) for e in eps])
+        gaps = np.diff(t)
+        tail = t[1:] >= t[-1] - tail_s
+        out["gap_median_tail_s"] = float(np.median(gaps[tail])) if tail.any() else float("nan")
+        out["timeliness_p99_ms"] = float(np.percentile([e["timeliness_ms"]["p99"] for e in eps], 99))
+        out["timeliness_p99_tail_ms"] = float(np.percentile([e["timeliness_ms"]["p99"] for e, keep in zip(eps[1:], tail) if keep] or [0], 99))
+        out["events_per_s"] = (eps[-1]["records"] - eps[0]["records"]) / max(t[-1] - t[0], 1e-9)
+        out["live_edges"] = eps[-1]["edges"]
+        out["vertices"] = eps[-1]["vertices"]
+        out["records"] = eps[-1]["records"]
+    first = next((s for s in samples if s["epochs"]), None)
+    if first is not None and out.get("live_edges"):
+        e0 = first["epochs"][0]["edges"]
+        grown = max(out["live_edges"] - e0, 1)
+        last = samples[-1]
+        out["bytes_per_edge"] = (sum(last["rss"].values()) - sum(first["rss"].values())) / grown
+        out["anon_bytes_per_edge"] = (sum(last["anon"].values()) - sum(first["anon"].values())) / grown
+        out["role_bytes_per_edge"] = {r: (last["rss"][r] - first["rss"][r]) / grown for r in ROLES}
+    out["throttled_samples"] = sum(1 for s in samples if s["health"].get("ingest") == "throttled")
+    out["duration_s"] = samples[-1]["t"] - started if samples else 0.0
+    return out
+
+
+def plot(samples: list[dict], started: float, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = np.array([s["t"] - started for s in samples]) / 60.0
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    bottom = np.zeros(len(samples))
+    for role in ROLES:
+        gb = np.array([s["rss"][role] for s in samples]) / 1e9
+        ax1.fill_between(t, bottom, bottom + gb, label=role, step="post", alpha=0.8)
+        bottom += gb
+    ax1.set_ylabel("resident memory, GB (stacked)")
+    ax1.legend(loc="upper left", fontsize=8, ncol=3)
+    ax1.set_title(title, fontsize=9)
+    edges = np.array([(s["epochs"][0]["edges"] if s["epochs"] else 0) for s in samples]) / 1e6
+    ax1b = ax1.twinx()
+    ax1b.plot(t, edges, color="black", lw=1.2, label="live edges (M)")
+    ax1b.set_ylabel("live edges, millions")
+    p99 = [(s["t"] - started, s["epochs"][0]["timeliness_ms"]["p99"] / 1000) for s in samples if s["epochs"]]
+    if p99:
+        x, y = zip(*p99)
+        ax2.plot(np.array(x) / 60.0, y, label="timeliness p99 (s)")
+    thr = [(s["t"] - started) / 60.0 for s in samples if s["health"].get("ingest") == "throttled"]
+    if thr:
+        ax2.scatter(thr, [0] * len(thr), marker="|", color="red", label="ingest throttled")
+    ax2.set_ylabel("seconds")
+    ax2.set_xlabel("minutes")
+    ax2.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--rate", type=float, default=0, help="events/s of the synthetic stream (0: as fast as the pipeline takes them)")
+    ap.add_argument("--users", type=int, default=3_000_000)
+    ap.add_argument("--hashtags", type=int, default=100_000)
+    ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    ap.add_argument("--tail", type=float, default=180.0, help="the last seconds over which epoch gaps are summarized")
+    ap.add_argument("--out", type=Path, default=Path("bench/out"), help="folder for the plot and the samples")
+    ap.add_argument("--name", default=None, help="file stem of the outputs (default: soak-<minutes>m-<rate>)")
+    ap.add_argument("extra", nargs="*", help="more `pulsegraph run` flags, after --")
+    args = ap.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="pg-soak-"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log_path = data / "service.log"
+    cmd = [sys.executable, "-m", "pulsegraph.cli", "run", "--rate", str(args.rate), "--users", str(args.users),
+           "--hashtags", str(args.hashtags), "--data-dir", str(data / "data"), "--port", str(port), *args.extra]
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"soak-{args.minutes:g}m-{'full' if not args.rate else int(args.rate)}"
+    print(" ".join(cmd), file=sys.stderr)
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    started = time.time()
+    samples: list[dict] = []
+    try:
+        deadline = started + args.minutes * 60.0
+        while time.time() < deadline and proc.poll() is None:
+            s = sample(proc.pid, base)
+            samples.append(s)
+            e = s["epochs"][0] if s["epochs"] else None
+            total = sum(s["rss"].values()) / 1e9
+            print(
+                f"\r{(s['t'] - started) / 60:5.1f} min  {total:5.1f} GB  "
+                + (f"epoch {e['epoch']}  edges {e['edges'] / 1e6:.2f}M  records {e['records'] / 1e6:.2f}M  "
+                   f"p99 {e['timeliness_ms']['p99'] / 1000:.1f}s  " if e else "")
+                + f"ingest {s['health'].get('ingest', '-')}   ",
+                end="", file=sys.stderr,
+            )
+            time.sleep(max(0.0, args.every - (time.time() - s["t"])))
+        print(file=sys.stderr)
+    finally:
+        alive = proc.poll() is None
+        if alive:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        killed = _killed_workers(log_path)
+        shutil.copy(log_path, args.out / f"{stem}.log")
+        shutil.rmtree(data, ignore_errors=True)
+    if not samples:
+        print("no samples", file=sys.stderr)
+        return 1
+    summary = summarize(samples, started, args.tail)
+    summary["killed_or_oom_lines"] = killed
+    summary["service_exited_early"] = not alive
+    (args.out / f"{stem}.json").write_text(json.dumps({"summary": summary, "samples": samples, "cmd": cmd}))
+    title = f"{' '.join(cmd[3:])}\n{machine()}"
+    plot(samples, started, args.out / f"{stem}.png", title)
+    gb = 1e9
+    print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
+    print(json.dumps({k: v for k, v in summary.items() if k != "role_bytes_per_edge"}, indent=1))
+    print("| run | minutes | live edges | peak memory (RSS / anon) | B per live edge | epoch gap median, last min | timeliness p99 | events/s sealed | killed |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {stem} | {summary['duration_s'] / 60:.1f} | {summary.get('live_edges', 0) / 1e6:.2f} M | "
+        f"{summary['peak_rss'] / gb:.1f} / {summary['peak_anon'] / gb:.1f} GB | {summary.get('bytes_per_edge', float('nan')):.0f} | "
+        f"{summary.get('gap_median_tail_s', float('nan')):.2f} s | {summary.get('timeliness_p99_ms', float('nan')) / 1000:.1f} s | "
+        f"{summary.get('events_per_s', 0):,.0f} | {killed} |"
+    )
+    per = summary.get("role_bytes_per_edge", {})
+    last = samples[-1]
+    print("\n| role | RSS at the end | B per live edge grown |")
+    print("|---|---|---|")
+    for r in ROLES:
+        print(f"| {r} | {last['rss'][r] / gb:.2f} GB | {per.get(r, float('nan')):.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

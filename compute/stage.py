@@ -1,0 +1,103 @@
+"""The compute stage without Ray: sealed epochs in, one :class:`~compute.results.EpochResult` per ranked epoch out.
+
+Owns the sequence the compute actor runs for each batch of sealed epochs: merge
+the shards' deltas into the :class:`~compute.graph.GlobalGraph`, rank the
+graph incrementally on the :class:`~compute.engine.RankEngine`, run the
+applications, and copy to the host what the result carries. Several sealed
+epochs handed over at once (the compute stage fell behind the cuts) are merged
+in order and ranked once, as the newest of them: the result carries that
+epoch's number and vector, and ``skipped`` names the epochs in between, which
+have no results of their own. The graph after the merge is exactly the newest
+epoch's snapshot (deltas are absolute states), so no result is ever labelled
+with another epoch's number.
+
+:mod:`compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from compute.apps.runner import AppConfig, Applications
+from compute.engine import RankConfig, RankEngine
+from compute.graph import GlobalGraph
+from compute.results import EpochResult
+from snapshots.delta import EpochDelta
+
+
+@dataclass
+class SealedEpoch:
+    """What the coordinator hands over for one sealed epoch: its facts and every shard's delta."""
+
+    info: dict
+    deltas: list[EpochDelta] = field(default_factory=list)
+
+
+class ComputeStage:
+    def __init__(
+        self, rank_types: tuple[str, ...] | None = None, rank: RankConfig | None = None,
+        apps: AppConfig | None = None, graph: GlobalGraph | None = None, apps_state: dict | None = None,
+    ) -> None:
+        self.graph = graph if graph is not None else GlobalGraph()
+        self.rank_types = tuple(rank_types) if rank_types else None
+        self.apps = Applications(apps or AppConfig())
+        self.apps.restore(apps_state)
+        self.engine = RankEngine(rank or RankConfig())
+        self.epoch = 0  # the newest epoch merged
+
+    def apply(self, epochs: list[SealedEpoch]) -> EpochResult:
+        """Merge ``epochs`` (in order, each newer than the last merged) and rank the newest."""
+        if not epochs:
+            raise ValueError("no epoch to apply")
+        g = self.graph
+        n_before = g.n
+        t0 = time.perf_counter()
+        for e in epochs:
+            if e.info["epoch"] <= self.epoch:
+                raise ValueError(f"epoch {e.info['epoch']} after epoch {self.epoch}")
+            self.epoch = e.info["epoch"]
+        changes, before = g.apply_epochs([e.deltas for e in epochs])
+        merge_ms = (time.perf_counter() - t0) * 1000.0
+        src, dst, dw = g.weight_differences(changes, before, self.rank_types)
+        runs = self.engine.update(g.n, src, dst, dw)
+        t1 = time.perf_counter()
+        scores = self.engine.host_scores()
+        publish_ms = (time.perf_counter() - t1) * 1000.0
+        newest = epochs[-1]
+        full = any(e.deltas and all(d.full for d in e.deltas) for e in epochs)
+        info = newest.info
+        apps = self.apps.run(g, info["epoch"], changes, before, full, scores, g.n - n_before)
+        out_deg, in_deg = g.degrees()
+        return EpochResult(
+            epoch=info["epoch"],
+            vector=info["vector"],
+            records=info["records"],
+            vertices=g.n,
+            edges=g.live_edges(),
+            committed_at=info["sealed_at"],
+            commit_ms=info["commit_ms"],
+            timeliness_ms=info["timeliness_ms"],
+            scores=scores,
+            out_degree=out_deg,
+            in_degree=in_deg,
+            compute_ms={name: run.ms for name, run in runs.items()},
+            iterations={name: run.stats.iterations for name, run in runs.items()},
+            edge_changes=changes,
+            full_changes=full,
+            types=list(g.types),
+            methods={name: run.stats.method for name, run in runs.items()},
+            graph_ms=self.engine.graph_ms + publish_ms + merge_ms,
+            apps=apps,
+            apps_ms=dict(self.apps.ms),
+            skipped=[e.info["epoch"] for e in epochs[:-1]],
+        )
+
+    def checkpoint_state(self) -> dict:
+        """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""
+        return {**self.graph.ids_state(), "apps": self.apps.state_dict()}
+
+    @classmethod
+    def restored(cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None) -> "ComputeStage":
+        return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved), saved.get("apps"))
+
