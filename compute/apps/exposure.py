@@ -43,6 +43,11 @@ TAGS = "tags"
 MENTIONS = "mentions"
 # The curve's points: p(1..8), as Kineograph and the dashboard show it.
 MAX_K = 8
+# A recount holds at most about this many (user, hashtag) exposure pairs at once (~16 bytes each
+# in SciPy's product): users are counted in chunks under it. On a power-law mention graph the pairs
+# grow with users times the hashtags of the hubs they mention (204 M at 800 k edges of the synthetic
+# stream, 3 GB in one product), so an unchunked count grows faster than the graph.
+COUNT_CHUNK_PAIRS = 4_000_000
 _SHIFT = np.int64(32)
 _LOW = np.int64(0xFFFFFFFF)
 
@@ -131,10 +136,7 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     out_ptr, out_idx = csr_pairs(n, m_src, m_dst)
     mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
     adoptions = sp.csr_matrix((np.ones(len(av), np.int32), (av, col)), shape=(n, len(tags)))
-    exposures = mentions @ adoptions  # [u, h]: adopters of h that u mentions
-    hist = np.bincount(
-        exposures.indices.astype(np.int64) * levels + np.minimum(exposures.data, MAX_K), minlength=len(tags) * levels
-    )
+    hist = _exposure_histogram(mentions, adoptions, levels)
     # Mentions u -> v between two adopters of one hashtag: expand the hashtags of the end with fewer
     # of them and look each up at the other end (self-mentions meet themselves, as in the product).
     asort = np.argsort(akey)
@@ -167,6 +169,27 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     for i, h in enumerate(tags.tolist()):
         out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
     return out
+
+
+def _exposure_histogram(mentions: sp.csr_matrix, adoptions: sp.csr_matrix, levels: int) -> np.ndarray:
+    """``bincount(h * levels + min(exposures[u, h], MAX_K))`` over the entries of ``mentions @ adoptions``
+    ([u, h]: adopters of h that u mentions), computed over chunks of users so that no chunk holds
+    more than :data:`COUNT_CHUNK_PAIRS` pairs (bounded by the adoptions of everyone a user mentions)."""
+    n_tags = adoptions.shape[1]
+    hist = np.zeros(n_tags * levels, dtype=np.int64)
+    bound = mentions @ np.diff(adoptions.indptr).astype(np.int64)  # per user: an upper bound of its pairs
+    users = np.flatnonzero(bound)
+    if not len(users):
+        return hist
+    cum = np.cumsum(bound[users])
+    # Chunk c takes the users whose running bound falls in [c * budget, (c + 1) * budget).
+    cuts = np.searchsorted(cum, np.arange(COUNT_CHUNK_PAIRS, int(cum[-1]), COUNT_CHUNK_PAIRS), side="right")
+    for chunk in np.split(users, np.unique(cuts)):
+        if not len(chunk):
+            continue
+        x = mentions[chunk] @ adoptions
+        hist += np.bincount(x.indices.astype(np.int64) * levels + np.minimum(x.data, MAX_K), minlength=len(hist))
+    return hist
 
 
 def _merged(state: ExposureState, counted: dict[int, Topic], epoch: int, hashtags: np.ndarray | None) -> ExposureState:
