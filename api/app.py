@@ -434,13 +434,15 @@ def create_app(
         summary="hashtags whose usage rank rose and fell most between two retained epochs",
     )
     def trends(
-        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the epoch before `to`")] = None,
+        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the ranked epoch before `to`")] = None,
         to: Annotated[int | None, Query(ge=1, le=2**53, description="default: the newest")] = None,
         k: Annotated[int, Query(ge=1, le=MAX_TRENDS)] = 10,
     ) -> JSON:
+        if from_ is not None and to is not None and from_ >= to:
+            raise ApiError(f"from ({from_}) must be an epoch before to ({to})", code="bad_range")
         b = store.get(to)
         to_e = b.result.epoch
-        from_e = from_ if from_ is not None else to_e - 1
+        from_e = from_ if from_ is not None else (b.previous.result.epoch if b.previous is not None else to_e - 1)
         if from_e >= to_e:
             raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
         a = store.get(from_e)
@@ -568,13 +570,15 @@ def create_app(
     )
     def movers(
         algo: Annotated[str, Query(min_length=1, max_length=64)] = "pagerank",
-        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the epoch before `to`")] = None,
+        from_: Annotated[int | None, Query(alias="from", ge=1, le=2**53, description="default: the ranked epoch before `to`")] = None,
         to: Annotated[int | None, Query(ge=1, le=2**53, description="default: the newest")] = None,
         k: Annotated[int, Query(ge=1, le=MAX_MOVERS)] = 10,
     ) -> JSON:
+        if from_ is not None and to is not None and from_ >= to:
+            raise ApiError(f"from ({from_}) must be an epoch before to ({to})", code="bad_range")
         b = view_with(to, algo)
         to_e = b.result.epoch
-        from_e = from_ if from_ is not None else to_e - 1
+        from_e = from_ if from_ is not None else (b.previous.result.epoch if b.previous is not None else to_e - 1)
         if from_e >= to_e:
             raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
         a = view_with(from_e, algo)

@@ -1,17 +1,23 @@
-"""The result archive: the retained epochs' results on disk, so a restarted service keeps its history.
+"""The result archive: the retained epochs' results on disk, memory-mapped, so that history costs disk, not memory.
 
 Owns ``<data_dir>/results/``: one file per published epoch
-(``epoch-000000000042.res``), written with a checksum under a temporary name
-and renamed (:func:`snapshots.checkpoint.write_atomic`, without fsync: losing
-the newest few to a power cut costs history, never correctness); the newest
-``retain`` are kept. It
-never touches the checkpoints or the epoch log.
+(``epoch-000000000042.res``), written under a temporary name and renamed,
+without fsync (losing the newest few to a power cut costs history, never
+correctness); the newest ``retain`` are kept. It never touches the checkpoints
+or the epoch log.
 
-A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk:
-no edge changes, and none of the per-vertex application arrays (component
-labels, landmark distances: ``api.store.PER_VERTEX_APPS``) that the store keeps
-as undo records. Scores stay whole (float64, what was served). So
-after a restart the archived epochs answer everything that reads scores and
+A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk
+(no edge changes, none of the per-vertex application arrays that the store keeps
+as undo records: :data:`PER_VERTEX_APPS`) and the ranks the API computed for it.
+Its arrays are stored raw and 64-byte aligned after a small pickled header, so a
+reader maps them (``np.memmap``) instead of loading them: the API keeps only its
+newest epochs in memory and serves the older retained ones from these files
+(the pages are the kernel's page cache, dropped under pressure, not the
+process's own memory). Layout::
+
+    MAGIC | header length (8 bytes, little endian) | header (pickle) | arrays... | sha256 of all before it
+
+So after a restart the archived epochs answer everything that reads scores and
 epoch facts (epochs, top, a vertex's scores and history, movers, trends,
 topics), while neighbors, paths and components per vertex are answered from the
 epoch the pipeline restored onwards (older ones get a 404 that says so).
@@ -27,19 +33,126 @@ same folder) starts the archive afresh, with a log line saying so.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+import os
 import pickle
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from api.store import PER_VERTEX_APPS
+import numpy as np
+
 from compute.results import EpochResult
-from snapshots.checkpoint import read_verified, write_atomic
-from snapshots.exceptions import CheckpointError, CorruptCheckpoint
+from pulsegraph.errors import PulsegraphError
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^epoch-(\d{12})\.res$")
+MAGIC = b"PGRES2\n"
+_ALIGN = 64
+# The applications' arrays with an entry per vertex (compute.apps): kept by the store as undo
+# records (api.history), not per epoch, and never archived.
+PER_VERTEX_APPS = {"components": ("labels",), "landmarks": ("to", "from")}
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """Where an array sits in the file: replaced by a memory map when the file is read."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def _strip(obj: Any, arrays: list[np.ndarray], at: list[int]) -> Any:
+    """``obj`` with every numeric array replaced by a :class:`_Ref` (appended to ``arrays``)."""
+    if isinstance(obj, np.ndarray) and obj.dtype != object:
+        a = np.ascontiguousarray(obj)
+        ref = _Ref(at[0], a.dtype.str, tuple(a.shape))
+        arrays.append(a)
+        at[0] += -(-a.nbytes // _ALIGN) * _ALIGN
+        return ref
+    if isinstance(obj, dict):
+        return {k: _strip(v, arrays, at) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_strip(v, arrays, at) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _strip(getattr(obj, f.name), arrays, at) for f in dataclasses.fields(obj)})
+    return obj
+
+
+def _fill(obj: Any, path: Path, base: int) -> Any:
+    if isinstance(obj, _Ref):
+        if not obj.shape or 0 in obj.shape:
+            return np.zeros(obj.shape, dtype=obj.dtype)
+        return np.memmap(path, dtype=obj.dtype, mode="r", offset=base + obj.offset, shape=obj.shape)
+    if isinstance(obj, dict):
+        return {k: _fill(v, path, base) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fill(v, path, base) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _fill(getattr(obj, f.name), path, base) for f in dataclasses.fields(obj)})
+    return obj
+
+
+class ArchiveError(PulsegraphError):
+    """A file of the archive that does not check out (torn, foreign, another format)."""
+
+
+def write_mapped(path: Path, obj: Any) -> None:
+    """Write ``obj`` with its arrays raw (see the module docstring), under a temporary name, then rename."""
+    arrays: list[np.ndarray] = []
+    header = pickle.dumps(_strip(obj, arrays, [0]), protocol=5)
+    head = MAGIC + len(header).to_bytes(8, "little") + header
+    pad = -len(head) % _ALIGN
+    digest = hashlib.sha256()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        for chunk in (head, b"\0" * pad):
+            fh.write(chunk)
+            digest.update(chunk)
+        for a in arrays:
+            if not a.nbytes:
+                continue
+            for chunk in (a.reshape(-1).view(np.uint8).data, b"\0" * (-a.nbytes % _ALIGN)):
+                fh.write(chunk)
+                digest.update(chunk)
+        fh.write(digest.digest())
+    os.replace(tmp, path)
+
+
+def read_mapped(path: Path, verify: bool = True) -> Any:
+    """What :func:`write_mapped` wrote, its arrays memory-mapped; ``verify`` checks the digest first
+    (a full read of the file), for files this process did not just write itself."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(len(MAGIC))
+            if magic != MAGIC:
+                raise ArchiveError(f"{path}: not an archive file of this format")
+            size = int.from_bytes(fh.read(8), "little")
+            header = fh.read(size)
+            if len(header) != size:
+                raise ArchiveError(f"{path}: cut short")
+            if verify:
+                fh.seek(0)
+                digest = hashlib.sha256()
+                total = os.fstat(fh.fileno()).st_size - 32
+                left = total
+                while left > 0:
+                    chunk = fh.read(min(left, 1 << 24))
+                    if not chunk:
+                        raise ArchiveError(f"{path}: cut short")
+                    digest.update(chunk)
+                    left -= len(chunk)
+                if total < 0 or fh.read(32) != digest.digest():
+                    raise ArchiveError(f"{path}: checksum mismatch")
+    except OSError as exc:
+        raise ArchiveError(f"{path}: {exc}") from exc
+    base = len(MAGIC) + 8 + size
+    base += -base % _ALIGN
+    return _fill(pickle.loads(header), path, base)
 
 
 class ResultArchive:
@@ -48,6 +161,8 @@ class ResultArchive:
         self.retain = retain
         self.root.mkdir(parents=True, exist_ok=True)
         self.latest = max(self._epochs(), default=0)
+        # The ranks stored with the epochs history_before() took back, by epoch (memory-mapped).
+        self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
 
     def _path(self, epoch: int) -> Path:
         return self.root / f"epoch-{epoch:012d}.res"
@@ -55,17 +170,24 @@ class ResultArchive:
     def _epochs(self) -> list[int]:
         return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name)))
 
-    def _load(self, epoch: int) -> EpochResult | None:
+    def _load(self, epoch: int, verify: bool = True) -> tuple[EpochResult, dict | None] | None:
+        """The archived epoch and its ranks (memory-mapped), or None when the file does not check out."""
         try:
-            result = pickle.loads(read_verified(self._path(epoch)))
-        except (CorruptCheckpoint, pickle.UnpicklingError, EOFError, AttributeError, TypeError) as exc:
+            got = read_mapped(self._path(epoch), verify)
+            result, ranks = got["result"], got["ranks"]
+        except (ArchiveError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, KeyError, ValueError) as exc:
             log.warning("result archive: skipping epoch %d (%s)", epoch, exc)
             return None
-        return result if isinstance(result, EpochResult) and result.epoch == epoch else None
+        return (result, ranks) if isinstance(result, EpochResult) and result.epoch == epoch else None
 
-    def save(self, results: list[EpochResult]) -> None:
-        """Write the epochs newer than the archive's newest (older ones are there already), then drop
-        what falls out of the retention. A disk error is logged, not raised: serving goes on."""
+    def mapped(self, epoch: int) -> tuple[EpochResult, dict | None] | None:
+        """An epoch this archive wrote, read back memory-mapped (not verified: this process just wrote it)."""
+        return self._load(epoch, verify=False) if epoch <= self.latest else None
+
+    def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None) -> None:
+        """Write the epochs newer than the archive's newest (older ones are there already), each with
+        its ranks when given, then drop what falls out of the retention. A disk error is logged, not
+        raised: serving goes on from memory."""
         for r in sorted(results, key=lambda r: r.epoch):
             if r.epoch <= self.latest:
                 continue
@@ -73,10 +195,10 @@ class ResultArchive:
                     for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
             try:
-                # Not fsynced: a torn file after a power cut fails its checksum and is skipped.
-                write_atomic(self._path(r.epoch), pickle.dumps(light, protocol=5), durable=False)
-            except CheckpointError as exc:
-                log.error("result archive: epoch %d not kept on disk: %s", r.epoch, exc)
+                write_mapped(self._path(r.epoch), {"result": light, "ranks": (ranks or {}).get(r.epoch)})
+            except OSError as exc:
+                log.error("result archive: epoch %d not kept on disk: %s. Operator action: check the disk under %s.",
+                          r.epoch, exc, self.root)
                 return
             self.latest = r.epoch
         self._prune()
@@ -98,17 +220,19 @@ class ResultArchive:
             return []
         same = self._load(k) if k in epochs else None
         if k in epochs:
-            ok = same is not None and same.vector == first_live.vector
+            ok = same is not None and same[0].vector == first_live.vector
         else:
             newest = self._load(older[-1])
             ok = (
                 older[-1] == k - 1 and newest is not None
-                and all(first_live.vector.get(p, -1) >= o for p, o in newest.vector.items())
+                and all(first_live.vector.get(p, -1) >= o for p, o in newest[0].vector.items())
             )
         if not ok:
             self._clear(epochs, k, "its epochs are not the history the pipeline recovered")
             return []
-        loaded = [r for r in (self._load(e) for e in older) if r is not None]
+        got = [x for x in (self._load(e) for e in older) if x is not None]
+        loaded = [r for r, _ in got]
+        self.loaded_ranks = {r.epoch: ranks for r, ranks in got if ranks is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
         self.latest = max(e for e in epochs if e < k)
         for e in epochs:
@@ -116,6 +240,10 @@ class ResultArchive:
                 self._path(e).unlink(missing_ok=True)
         log.info("result archive: serving %d epochs from before the restart (%d..%d)", len(loaded), older[0], older[-1])
         return loaded
+
+    def clear(self) -> None:
+        """Forget every archived epoch (a service that does not take its history back starts afresh)."""
+        self._clear(self._epochs(), 0, None)
 
     def _clear(self, epochs: list[int], first_live: int, why: str | None) -> None:
         if why is not None:

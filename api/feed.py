@@ -1,9 +1,10 @@
 """The feed: a thread that pulls new epoch results from the compute actor into the store.
 
-One actor call per poll, not per request: the API answers from memory. With a
-:class:`~api.archive.ResultArchive` it also keeps each new epoch on disk and,
-on its first poll after a start, puts the archived epochs from before the
-restart in front of the live ones (the archive decides whether they belong).
+One actor call per poll, not per request: the API answers from the store (which
+archives each new epoch itself). With a :class:`~api.archive.ResultArchive` to
+resume from, on its first poll after a start it puts the archived epochs from
+before the restart in front of the live ones (the archive decides whether they
+belong).
 """
 
 from __future__ import annotations
@@ -50,11 +51,9 @@ class ResultFeed:
             self._resumed = True
             earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
             # Epochs from before the restart are history, not news: no listener hears of them.
-            self._store.add(earlier, names, notify=False)
+            self._store.add(earlier, names, notify=False, ranks_of=self._archive.loaded_ranks)
             names = []
         views = self._store.add(results, names)
-        if self._archive is not None:
-            self._archive.save([v.result for v in views])
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)

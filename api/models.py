@@ -19,6 +19,10 @@ class EpochInfo(BaseModel):
     edges: int
     committed_at: str
     timeliness_ms: Timeliness
+    skipped: list[int] = Field(
+        default_factory=list,
+        description="sealed epochs merged into this one without results of their own (ranking had fallen behind the cuts)",
+    )
 
 
 class EpochList(BaseModel):

@@ -8,6 +8,11 @@ answers (the epoch object, the top of a ranking) are encoded to JSON once per
 epoch. The graph itself, for neighbors as of any retained epoch, is kept from
 the epochs' edge changes in :class:`~api.graph.GraphHistory`.
 
+With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
+and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
+memory-mapped: the per-vertex arrays of 120 retained epochs would otherwise
+cost ~32 bytes per vertex each. The answers are the same bytes either way.
+
 The algorithms are whatever score arrays the epochs carry; nothing here names one.
 """
 
@@ -23,6 +28,7 @@ from typing import Callable
 import numpy as np
 import orjson
 
+from api.archive import PER_VERTEX_APPS, ResultArchive
 from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory
@@ -32,9 +38,9 @@ log = logging.getLogger(__name__)
 
 # How much of each ranking is served by /v1/rank/top; `k` is bounded by it.
 TOP_CACHE = 1000
-# The applications' arrays with an entry per vertex (compute.apps): kept as undo records in the
-# histories below, not per epoch, and never archived.
-PER_VERTEX_APPS = {"components": ("labels",), "landmarks": ("to", "from")}
+# Epochs whose arrays stay in memory: the newest (what nearly every read asks for) and the one
+# before it (previous ranks of the top, movers' default). Older ones are read from the archive.
+HOT_EPOCHS = 2
 
 
 @dataclass
@@ -44,7 +50,8 @@ class EpochView:
     top: dict[str, np.ndarray]  # algo -> vertex ids, best first (the first TOP_CACHE)
     ranks: dict[str, np.ndarray] = field(default_factory=dict)  # algo -> 1-based rank by vertex id
     info_json: bytes = b""
-    previous: "EpochView | None" = None  # the epoch before, while it is retained
+    previous: "EpochView | None" = None  # the ranked epoch before, while it is retained
+    cold: bool = False  # its arrays are memory maps of its archive file
     _top_items: dict[str, list[bytes]] = field(default_factory=dict)
 
     def top_items(self, algo: str, names: list[str]) -> list[bytes]:
@@ -69,9 +76,20 @@ def rank_order(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, ranks
 
 
+def top_of(ranks: np.ndarray) -> np.ndarray:
+    """The vertex ids of the first TOP_CACHE ranks, best first, from a rank per vertex id."""
+    ranks = np.asarray(ranks)
+    k = min(TOP_CACHE, len(ranks))
+    if not k:
+        return np.zeros(0, dtype=np.int64)
+    best = np.argpartition(ranks, k - 1)[:k] if k < len(ranks) else np.arange(len(ranks))
+    return best[np.argsort(ranks[best])]
+
+
 class ResultStore:
-    def __init__(self, retain: int = 120) -> None:
+    def __init__(self, retain: int = 120, archive: ResultArchive | None = None) -> None:
         self.retain = retain
+        self.archive = archive
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.types: list[str] = []
@@ -82,6 +100,7 @@ class ResultStore:
         self.landmarks_from = ArrayHistory(retain, fill=65535)
         self._sorted_names: list[str] = []
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
+        self._merged_into: dict[int, int] = {}  # a retained epoch without results -> the ranked one holding it
         self._algorithms: tuple[str, ...] = ()
         self._listeners: list[Callable[[EpochView], None]] = []
         self._lock = threading.Lock()
@@ -96,15 +115,23 @@ class ResultStore:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
-    def add(self, results: list[EpochResult], new_names: list[str], notify: bool = True) -> list[EpochView]:
+    def add(
+        self, results: list[EpochResult], new_names: list[str], notify: bool = True,
+        ranks_of: dict[int, dict[str, np.ndarray]] | None = None,
+    ) -> list[EpochView]:
         """Keep new epochs (ignoring ones already kept) and the names added since; listeners hear of
-        each new epoch unless ``notify`` is false."""
+        each new epoch unless ``notify`` is false. ``ranks_of``: ranks already known, by epoch (an
+        archived epoch's); the others are computed."""
         views = []
         for r in sorted(results, key=lambda r: r.epoch):
-            top, ranks = {}, {}
+            top: dict[str, np.ndarray] = {}
+            ranks = dict((ranks_of or {}).get(r.epoch) or {})
             for algo, scores in r.scores.items():
-                order, ranks[algo] = rank_order(np.asarray(scores))
-                top[algo] = order[:TOP_CACHE]
+                if algo in ranks:
+                    top[algo] = top_of(ranks[algo])
+                else:
+                    order, ranks[algo] = rank_order(np.asarray(scores))
+                    top[algo] = order[:TOP_CACHE]
             info = r.info()
             views.append(EpochView(r, info, top, ranks, orjson.dumps(info)))
         # Merged outside the lock: two sorted runs, which timsort merges in linear time.
@@ -113,7 +140,10 @@ class ResultStore:
             full = bool(getattr(v.result, "full_changes", False))
             if v.result.edge_changes is not None or full:  # archived epochs carry no graph
                 self.graph.apply(v.result.epoch, v.result.edge_changes, full)
+                v.result.edge_changes = None  # the graph history has them now
             self._keep_apps(v)
+        if self.archive is not None and notify:
+            self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views})
         with self._lock:
             for name in new_names:
                 self.index[name] = len(self.names)
@@ -123,12 +153,18 @@ class ResultStore:
                 if v.result.epoch in self._epochs:
                     continue
                 last = self._epochs[next(reversed(self._epochs))] if self._epochs else None
-                v.previous = last if last is not None and last.result.epoch == v.result.epoch - 1 else None
+                # The ranked epoch before: the one just before this epoch and the epochs it merged.
+                before = (v.result.skipped[0] if v.result.skipped else v.result.epoch) - 1
+                v.previous = last if last is not None and last.result.epoch == before else None
+                for e in v.result.skipped:
+                    self._merged_into[e] = v.result.epoch
                 self._epochs[v.result.epoch] = v
                 if len(v.result.types) >= len(self.types):
                     self.types = list(v.result.types)
             while len(self._epochs) > self.retain:
                 _, dropped = self._epochs.popitem(last=False)
+                for e in dropped.result.skipped:
+                    self._merged_into.pop(e, None)
                 first = next(iter(self._epochs.values()), None)
                 if first is not None:
                     first.previous = None
@@ -137,6 +173,8 @@ class ResultStore:
                 algos.update(v.result.scores)
             self._algorithms = tuple(sorted(algos))
             listeners = list(self._listeners) if notify else []
+            cold = list(self._epochs.values())[:-HOT_EPOCHS]
+        self._cool(cold)
         for v in views:
             for listener in listeners:
                 try:
@@ -144,6 +182,22 @@ class ResultStore:
                 except Exception:  # noqa: BLE001 - a consumer's fault must not stop the feed
                     log.exception("epoch listener failed")
         return views
+
+    def _cool(self, views: list[EpochView]) -> None:
+        """Serve ``views`` from their archive files from now on (those still in memory, and archived)."""
+        if self.archive is None:
+            return
+        for v in views:
+            if v.cold:
+                continue
+            got = self.archive.mapped(v.result.epoch)
+            if got is None:
+                continue  # not archived (a disk error): it stays in memory
+            result, ranks = got
+            if ranks is not None:
+                v.ranks = ranks
+            v.result = result
+            v.cold = True
 
     def _keep_apps(self, v: EpochView) -> None:
         """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts."""
@@ -175,6 +229,11 @@ class ResultStore:
             if epoch is None:
                 return self._epochs[next(reversed(self._epochs))]
             view = self._epochs.get(epoch)
+            if view is None and epoch in self._merged_into:
+                raise NotFound(
+                    f"epoch {epoch} was sealed but not ranked on its own: ranking had fallen behind and ranked "
+                    f"epoch {self._merged_into[epoch]}, which contains it", code="epoch_not_ranked",
+                )
             if view is None:
                 first, last = next(iter(self._epochs)), next(reversed(self._epochs))
                 raise NotFound(f"epoch {epoch} is not retained (retained: {first}..{last})", code="epoch_not_found")

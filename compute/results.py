@@ -59,4 +59,5 @@ class EpochResult:
             "edges": self.edges,
             "committed_at": dt.datetime.fromtimestamp(self.committed_at, dt.timezone.utc).isoformat(),
             "timeliness_ms": dict(self.timeliness_ms),
+            "skipped": list(self.skipped),
         }

@@ -93,7 +93,12 @@ class Pipeline:
     feed: ResultFeed | None = None
 
     def __post_init__(self) -> None:
-        self.store = ResultStore(self.settings.retain_epochs)
+        # The archive always holds the retained epochs (the store serves all but the newest from it,
+        # memory-mapped); --archive-results decides whether a restart takes them back.
+        self.archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs)
+        if not self.settings.archive_results:
+            self.archive.clear()
+        self.store = ResultStore(self.settings.retain_epochs, self.archive)
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
@@ -149,8 +154,8 @@ class Pipeline:
             if self._stop.is_set():
                 return
             raise
-        archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs) if self.settings.archive_results else None
-        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, archive).start()
+        resume = self.archive if self.settings.archive_results else None
+        self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, resume).start()
         self._launched.set()
 
     def _recovery(self) -> tuple[Manifest | None, dict | None]:

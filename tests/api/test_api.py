@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.store import ResultStore
 
-EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms"}
+EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms", "skipped"}
 
 
 def assert_epoch_shape(e: dict) -> None:
