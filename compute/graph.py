@@ -113,28 +113,28 @@ class GlobalGraph:
         """Merge the deltas of one or more consecutive epochs, oldest first. Returns the edges they
         changed, each once, with its state after the last of them and, slot for slot, its state
         before the first (zeros for new slots): what the epochs did together."""
-        by_shard: dict[int, list[EpochDelta]] = {}
+        by_shard: dict[int, list[np.ndarray]] = {}
         for deltas in epochs:
             for d in deltas:
-                by_shard.setdefault(d.shard, []).append(d)
-        changes, before = [], []
-        for shard in sorted(by_shard):
-            ds = by_shard[shard]
-            se = self._shards.setdefault(shard, _ShardEdges())
-            slot_sets = [d.e_slot for d in ds if len(d.e_slot)]
-            slots = None
-            if slot_sets:
-                slots = slot_sets[0] if len(slot_sets) == 1 else np.unique(np.concatenate(slot_sets))
-                se.grow(int(slots.max()) + 1)
-                b = se.state(slots)
-            for d in ds:
-                self._merge(se, d)
-            if slots is not None:
-                c = se.state(slots)
-                self._count(b, c)
-                changes.append(c)
-                before.append(b)
-        return EdgeChanges.concat(changes), EdgeChanges.concat(before)
+                if len(d.e_slot):
+                    by_shard.setdefault(d.shard, []).append(d.e_slot)
+        slots = {sh: (s[0] if len(s) == 1 else np.unique(np.concatenate(s))) for sh, s in by_shard.items()}
+        before = {}
+        for sh, sl in slots.items():
+            se = self._shards.setdefault(sh, _ShardEdges())
+            se.grow(int(sl.max()) + 1)
+            before[sh] = se.state(sl)
+        # Epoch by epoch, shards in order: global ids follow first appearance in that order, so they
+        # are the same however the epochs were batched (the API keeps them across relaunches).
+        for deltas in epochs:
+            for d in sorted(deltas, key=lambda d: d.shard):
+                self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d)
+        changes = []
+        for sh in sorted(slots):
+            after = self._shards[sh].state(slots[sh])
+            self._count(before[sh], after)
+            changes.append(after)
+        return EdgeChanges.concat(changes), EdgeChanges.concat([before[sh] for sh in sorted(slots)])
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta) -> None:
         if len(delta.new_ids):

@@ -1,0 +1,72 @@
+"""The compute stage handed several sealed epochs at once: it ranks the newest, labelled with its own number.
+
+Deltas come from real shard stores (tests/compute/test_apps.py's random tweet
+streams, with removals and re-adds). One stage takes every epoch alone, another
+takes them in batches of up to four (as when ranking falls behind the cuts):
+each batch's result must be the newest epoch's, equal to what the first stage
+published for that epoch (graph, degrees, scores within tolerance, every
+application), and must name the epochs it merged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compute.stage import ComputeStage, SealedEpoch
+from ingest.batch import Router
+from snapshots.store import ShardStore
+from tests.compute.test_apps import random_tweet_epochs
+
+
+def sealed(seed: int, shards: int = 3) -> list[SealedEpoch]:
+    stores, router, out, offset = [ShardStore(i) for i in range(shards)], Router(shards), [], 0
+    for e, batch in enumerate(random_tweet_epochs(seed, epochs=14), start=1):
+        for updates in batch:
+            router.add("p", offset, updates)
+            offset += 1
+        for store, b in zip(stores, router.take()):
+            store.receive(b)
+        info = {"epoch": e, "vector": {"p": offset}, "records": offset, "sealed_at": float(e), "commit_ms": 0.0,
+                "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+        out.append(SealedEpoch(info, [s.apply(e, {"p": offset})[1] for s in stores]))
+    return out
+
+
+def published(r) -> dict:
+    """What must not depend on how epochs were batched. Landmarks are left out: which vertices are
+    landmarks depends on the rankings seen on the way (they are re-chosen only past a drift)."""
+    apps = {name: {k: (np.nan_to_num(v, nan=-1.0).tolist() if isinstance(v, np.ndarray) else v)
+                   for k, v in got.items() if k != "as_of"}
+            for name, got in r.apps.items() if name != "landmarks"}
+    return {"vertices": r.vertices, "edges": r.edges, "out": r.out_degree.tolist(), "in": r.in_degree.tolist(), "apps": apps}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merged_epochs_rank_as_the_newest_and_say_which_they_merged(seed):
+    epochs = sealed(seed)
+    one = ComputeStage(("mentions",))
+    each = {e.info["epoch"]: one.apply([e]) for e in epochs}
+    many = ComputeStage(("mentions",))
+    sizes = [1, 3, 2, 4, 1, 3]
+    at = 0
+    for size in sizes:
+        batch = epochs[at : at + size]
+        at += size
+        r = many.apply(batch)
+        newest = batch[-1].info["epoch"]
+        assert r.epoch == newest and r.vector == batch[-1].info["vector"] and r.records == batch[-1].info["records"]
+        assert r.skipped == [e.info["epoch"] for e in batch[:-1]]
+        want = each[newest]
+        assert published(r) == published(want)
+        for algo, s in want.scores.items():
+            assert np.abs(r.scores[algo] - s).sum() <= 1e-6 * max(1.0, float(s.sum())), algo
+    assert at == len(epochs)
+
+
+def test_an_epoch_that_does_not_follow_is_refused():
+    epochs = sealed(0)
+    stage = ComputeStage()
+    stage.apply(epochs[:2])
+    with pytest.raises(ValueError, match="epoch 2 after epoch 2"):
+        stage.apply([epochs[1]])
