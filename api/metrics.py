@@ -35,8 +35,21 @@ class _PipelineCollector:
         yield CounterMetricFamily("pulsegraph_records_ingested", "records read and turned into transactions", value=s.get("records", 0))
         yield CounterMetricFamily("pulsegraph_dead_letters", "records sent to the dead-letter sink", value=s.get("dead_letters", 0))
         up = GaugeMetricFamily("pulsegraph_ingest_up", "1 while the ingest actors run, 0 when finished or failed")
-        up.add_metric([], 1.0 if s.get("ingest") == "running" else 0.0)
+        up.add_metric([], 1.0 if s.get("ingest") in ("running", "throttled") else 0.0)
         yield up
+        mem = s.get("memory")
+        if mem:
+            yield CounterMetricFamily(
+                "pulsegraph_ingest_throttled_seconds", "time ingest spent paused by the memory budget",
+                value=mem["throttled_seconds"],
+            )
+            for name, doc, key in (
+                ("pulsegraph_memory_bytes", "memory the budget counts (anonymous RSS of the service and the object store)", "used_bytes"),
+                ("pulsegraph_memory_limit_bytes", "the memory budget (--memory-limit)", "limit_bytes"),
+            ):
+                g = GaugeMetricFamily(name, doc)
+                g.add_metric([], float(mem[key]))
+                yield g
         try:
             r = self._store.get().result
             latest = (r.epoch, r.vertices, r.edges)

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 # When no partition had a record, wait this long before asking again: short
 # enough to add little latency, long enough not to spin a core.
 IDLE_SLEEP_S = 0.01
+# While throttled, look again this often: the budget is checked once a second.
+THROTTLED_SLEEP_S = 0.1
 
 
 @dataclass
@@ -72,6 +74,7 @@ class IngestActor:
         self._router = Router(len(shards))
         self._thread: threading.Thread | None = None
         self._error: str | None = None
+        self._throttle: str | None = None  # why reading is paused (the service's memory budget), or None
         self.stats = {"records": 0, "transactions": 0, "dead_letters": 0, "rounds": 0}
         tune_gc()
 
@@ -88,6 +91,13 @@ class IngestActor:
             p.close()
         return self.status()
 
+    def throttle(self, reason: str | None) -> None:
+        """Pause reading (``reason``: why) or resume (None). Records not read stay in the source:
+        Kafka's lag grows, the synthetic and file sources wait; nothing is lost."""
+        if (reason is None) != (self._throttle is None):
+            log.info("ingest actor %d %s", self.actor_id, f"paused: {reason}" if reason else "resumes reading")
+        self._throttle = reason
+
     def status(self) -> dict:
         clients = {id(c): c for c in (getattr(p, "client", None) for p in self._parts) if c is not None}
         return {
@@ -99,6 +109,7 @@ class IngestActor:
             "source_error": next((c.error for c in clients.values() if c.error), None),
             "lag": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.lag.items()},
             "error": self._error,
+            "throttled": self._throttle is not None,
             **self.stats,
         }
 
@@ -106,6 +117,13 @@ class IngestActor:
         pending: Round | None = None
         try:
             while not self._stop.is_set():
+                if self._throttle is not None:
+                    # The round in flight is finished (its progress reported), then nothing is read.
+                    if pending is not None:
+                        self._finish(pending)
+                        pending = None
+                    time.sleep(THROTTLED_SLEEP_S)
+                    continue
                 current = self._read_round()
                 if pending is not None:
                     self._finish(pending)

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     landmark_drift: float = Field(0.25, ge=0, le=1, description="the landmarks are re-chosen once more than this share of them has left the TunkRank top set")
     topics_budget: float = Field(0.2, gt=0, le=1, description="K-exposure recounts run on a thread beside the epochs, at most this share of the time (1: within every epoch); /v1/topics says which epoch the curves were counted at")
     path_bfs_budget: int = Field(2000, ge=0, le=1_000_000, description="vertices the bidirectional BFS of /v1/paths may expand to confirm an estimate (0: never)")
+    memory_limit: int | None = Field(
+        None, ge=0,
+        description="memory budget of the whole service, e.g. 16GB; near it ingest stops reading until memory falls "
+        "(0: no budget; default: 70% of the node's memory, under Ray's own monitor)",
+    )
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
     archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
@@ -101,6 +106,22 @@ class Settings(BaseSettings):
     @classmethod
     def _duration(cls, v):
         return parse_duration(v)
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _size(cls, v):
+        from pulsegraph.memory import parse_size
+
+        return None if v is None or v == "" else parse_size(v)
+
+    @property
+    def memory_budget(self) -> int | None:
+        """The memory budget in bytes (None: none)."""
+        from pulsegraph.memory import DEFAULT_SHARE, node_memory
+
+        if self.memory_limit is None:
+            return int(DEFAULT_SHARE * node_memory())
+        return self.memory_limit or None
 
     @field_validator("rank_types", mode="before")
     @classmethod

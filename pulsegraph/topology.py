@@ -26,6 +26,7 @@ from compute.actor import ComputeActor
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
 from pulsegraph.errors import PipelineError
+from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.settings import Settings
 from snapshots.checkpoint import CheckpointStore, Manifest
 from snapshots.coordinator import EpochCoordinator
@@ -105,6 +106,8 @@ class Pipeline:
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
         self.sizing: dict = {}
+        budget = self.settings.memory_budget
+        self.memory = MemoryGuard(budget) if budget else None
 
     @property
     def spec(self) -> SourceSpec:
@@ -305,8 +308,9 @@ class Pipeline:
             if not self._launched.is_set():
                 continue
             try:
-                self._status = self.poll_status()
-                lost = self._status["epoch_failed"]
+                status = self.poll_status()
+                self._status = {**status, **self._check_memory(status)}
+                lost = status["epoch_failed"]
             except RayActorError as exc:
                 lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             except GetTimeoutError:
@@ -327,6 +331,36 @@ class Pipeline:
                 self._relaunch(lost)
             except Exception:  # noqa: BLE001 - the next poll finds it still broken and tries again
                 log.exception("relaunch failed")
+
+    def measure_memory(self) -> int:
+        """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""
+        if self.settings.ray_address:
+            return node_used()
+        return service_memory(os.getpid(), OBJECT_STORE_BYTES)
+
+    def _check_memory(self, status: dict) -> dict:
+        """Measure, pause or resume the ingest actors, and say so in the status."""
+        guard = self.memory
+        if guard is None:
+            return {}
+        changed = guard.update(self.measure_memory())
+        reason = guard.reason()
+        if changed:
+            log.warning("ingest %s", f"throttled: {reason}" if reason else "resumes: memory is back under the budget")
+        if guard.outgrown() and not guard.warned:
+            guard.warned = True
+            log.error("%s", reason)
+        if changed or (guard.throttled and not all(i.get("throttled") for i in status.get("_ingest", []))):
+            ray.get([a.throttle.remote(reason) for a in self.ingest], timeout=STATUS_TIMEOUT_S)
+        out: dict = {"memory": {
+            "used_bytes": guard.used, "limit_bytes": guard.limit, "throttled": guard.throttled,
+            "throttled_seconds": round(guard.total_throttled_s(), 1),
+        }}
+        if guard.throttled:
+            out["memory"]["reason"] = reason
+            if status["ingest"] in ("running", "finished"):
+                out["ingest"] = "throttled"
+        return out
 
     def poll_status(self) -> dict:
         """Every actor answers (or this raises RayActorError), and what they say."""
@@ -353,11 +387,12 @@ class Pipeline:
             "dead_letters": sum(i["dead_letters"] for i in ingest),
             "positions": {p: o for i in ingest for p, o in i["positions"].items()},
             "epoch_vector": coord["vector"],
+            "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 
     def status(self) -> dict:
         """The cached status behind /health: no actor call per request."""
-        return dict(self._status)
+        return {k: v for k, v in self._status.items() if not k.startswith("_")}
 
     def wait_until_launched(self, timeout: float) -> bool:
         return self._launched.wait(timeout)
