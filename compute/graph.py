@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from snapshots.attrs import AttrTable, encode
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
 
@@ -72,7 +73,7 @@ class GlobalGraph:
     def __init__(self) -> None:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
-        self.attrs: dict[int, dict] = {}
+        self.attrs = AttrTable()  # encoded, as the shards send them
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
         self._shards: dict[int, _ShardEdges] = {}
@@ -150,8 +151,8 @@ class GlobalGraph:
                     self.names.append(name)
                 gids[i] = g
             ids.view[delta.new_ids] = gids
-        for lid, attrs in zip(delta.attr_ids, delta.attrs):
-            self.attrs[int(se.local_to_global.view[lid])] = attrs
+        for lid, attrs in zip(delta.attr_ids.tolist(), delta.attrs):
+            self.attrs.put(int(se.local_to_global.view[lid]), attrs if isinstance(attrs, bytes) else encode(attrs))
         if len(delta.e_slot):
             tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)
             se.grow(int(delta.e_slot.max()) + 1)

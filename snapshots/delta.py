@@ -25,7 +25,7 @@ class EpochDelta:
     new_ids: np.ndarray = field(default_factory=lambda: _I32)
     new_names: list[str] = field(default_factory=list)
     attr_ids: np.ndarray = field(default_factory=lambda: _I32)
-    attrs: list[dict] = field(default_factory=list)
+    attrs: list[bytes] = field(default_factory=list)  # JSON (snapshots.attrs.encode), one per attr_ids
     e_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     e_src: np.ndarray = field(default_factory=lambda: _I32)
     e_dst: np.ndarray = field(default_factory=lambda: _I32)

@@ -22,6 +22,7 @@ import pickle
 import numpy as np
 
 from ingest.batch import ShardBatch
+from snapshots.attrs import AttrTable, Stamps, decode, encode
 from snapshots.delta import EpochDelta, ShardSummary
 from snapshots.exceptions import EpochOrderError, ShardCapacityError
 from snapshots.growable import Column
@@ -169,8 +170,8 @@ class ShardStore:
         self.vertices = Interner(MAX_VERTICES, "vertices")
         self.types = Interner(MAX_TYPES, "edge types")
         self.exists = Column(np.bool_)
-        self.attrs: dict[int, dict] = {}
-        self._stamps: dict[int, tuple] = {}
+        self.attrs = AttrTable()
+        self._stamps = Stamps()
         self.edges = EdgeTable()
         self.applied: dict[str, int] = {}
         self.epoch = 0
@@ -264,7 +265,7 @@ class ShardStore:
             self._resend_all = False
             newly = np.flatnonzero(self.exists.view)
             touched = np.arange(len(self.edges), dtype=np.int64)
-            changed_all = set(self.attrs)
+            changed_all = set(self.attrs.ids())
         else:
             changed_all = set()
 
@@ -272,8 +273,8 @@ class ShardStore:
         for vid, stamp, attrs in winners:
             old = self._stamps.get(vid)
             if old is None or stamp > old:
-                self._stamps[vid] = stamp
-                self.attrs[vid] = attrs
+                self._stamps.put(vid, stamp)
+                self.attrs.put(vid, encode(attrs))
                 changed.add(vid)
 
         for name, high in vector.items():
@@ -297,7 +298,7 @@ class ShardStore:
             new_ids=newly.astype(np.int32),
             new_names=[names[i] for i in newly],
             attr_ids=attr_ids,
-            attrs=[self.attrs[i] for i in attr_ids],
+            attrs=[self.attrs.raw(i) for i in attr_ids.tolist()],
             e_slot=touched,
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),
@@ -331,8 +332,8 @@ class ShardStore:
                 "vertices": self.vertices.names,
                 "types": self.types.names,
                 "exists": exists.copy(),
-                "attrs": self.attrs,
-                "stamps": self._stamps,
+                "attrs": {i: self.attrs.raw(i) for i in self.attrs.ids()},
+                "stamps": self._stamps.items(),
                 "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")},
             },
             protocol=5,
@@ -348,7 +349,10 @@ class ShardStore:
         store.vertices.ids(st["vertices"])
         store.types.ids(st["types"])
         store.exists.extend(st["exists"])
-        store.attrs, store._stamps = st["attrs"], st["stamps"]
+        for i, raw in st["attrs"].items():
+            store.attrs.put(i, raw if isinstance(raw, bytes) else encode(raw))  # older checkpoints kept dicts
+        for i, stamp in st["stamps"].items():
+            store._stamps.put(i, stamp)
         store.edges.load(st["edges"])
         store._resend_all = True
         return store
@@ -358,7 +362,7 @@ class ShardStore:
         """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``
         (and ``first_ts``: {(s, d, t): earliest add time})."""
         names, types, e = self.vertices.names, self.types.names, self.edges
-        verts = {names[i]: self.attrs.get(int(i)) for i in np.flatnonzero(self.exists.view)}
+        verts = {names[i]: decode(self.attrs.raw(int(i))) for i in np.flatnonzero(self.exists.view)}
         keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view, e.dst.view, e.etype.view)]
         edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view, e.weight.view)}
         first = {k: float(f) for k, f in zip(keys, e.first_ts.view)}
