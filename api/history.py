@@ -3,10 +3,12 @@
 Each epoch brings a whole ``rows x n`` array; keeping one per retained epoch
 would cost ``rows * n`` per epoch. Like :class:`~api.graph.GraphHistory`, this
 keeps the newest array whole and, per retained epoch, an undo record: the
-entries that epoch changed and their values before it (or the whole previous
-array when its row count changed, e.g. landmarks re-chosen while the graph is
-young). A read applies the undo records of the epochs after the one asked for,
-newest first, to the few entries it needs.
+entries that epoch changed and their values before it, and the width (vertex
+count) before it (or the whole previous array when its row count changed, e.g.
+landmarks re-chosen while the graph is young). Columns of vertices new in an
+epoch need no undo entries: as of an earlier epoch they read as ``fill``. A
+read applies the undo records of the epochs after the one asked for, newest
+first, to the few entries it needs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class ArrayHistory:
         self.epoch = 0
         self._first = 0  # the first epoch pushed: nothing before it is known
         self._current: np.ndarray | None = None
-        # epoch -> (keys sorted (row << 32 | col), values before the epoch) or the whole previous array
+        # epoch -> (keys sorted (row << 32 | col), values before the epoch, width before the epoch)
+        # or the whole previous array
         self._undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -40,12 +43,9 @@ class ArrayHistory:
                 if prev.shape[0] != array.shape[0] or prev.shape[1] > array.shape[1]:
                     undo: tuple | np.ndarray = prev
                 else:
-                    wide = prev
-                    if prev.shape[1] < array.shape[1]:
-                        wide = np.full(array.shape, self.fill, dtype=prev.dtype)
-                        wide[:, : prev.shape[1]] = prev
-                    r, c = np.nonzero(wide != array)
-                    undo = ((r.astype(np.int64) << _COL_BITS) | c, wide[r, c])
+                    width = prev.shape[1]
+                    r, c = np.nonzero(prev != array[:, :width])
+                    undo = ((r.astype(np.int64) << _COL_BITS) | c, prev[r, c], width)
                 self._undo[epoch] = undo
                 while len(self._undo) > self.retain:
                     self._undo.popitem(last=False)
@@ -77,7 +77,8 @@ class ArrayHistory:
             if isinstance(u, np.ndarray):
                 out, shape = self._read(u, rows, cols)
                 continue
-            keys, old = u
+            keys, old, width = u
+            out[cols >= width] = self.fill  # vertices that did not exist yet
             if not len(keys):
                 continue
             want = (rows << _COL_BITS) | cols
