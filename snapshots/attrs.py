@@ -74,6 +74,15 @@ class AttrTable:
     def __len__(self) -> int:
         return sum(1 for v in self._values if v is not None)
 
+    def state(self) -> list[bytes | None]:
+        """For a checkpoint: the list itself (pickled as it is; no object per vertex is made)."""
+        return self._values
+
+    def load(self, values: list) -> None:
+        for i, raw in enumerate(values):
+            if raw is not None:
+                self.put(i, raw)
+
 
 class Stamps:
     """The last writer of each vertex's attributes: (event time, partition, offset, index), compared as a
@@ -108,6 +117,17 @@ class Stamps:
             self.partitions.append(partition)
         self._grow(i + 1)
         self.ts.view[i], self.part.view[i], self.off.view[i], self.seq.view[i] = ts, p, off, seq
+
+    def state(self) -> dict:
+        """For a checkpoint: the columns (no object per vertex is made)."""
+        return {"ts": self.ts.view.copy(), "part": self.part.view.copy(), "off": self.off.view.copy(),
+                "seq": self.seq.view.copy(), "partitions": list(self.partitions)}
+
+    def load(self, st: dict) -> None:
+        for name in ("ts", "part", "off", "seq"):
+            getattr(self, name).extend(st[name])
+        self.partitions = list(st["partitions"])
+        self._part_ids = {p: i for i, p in enumerate(self.partitions)}
 
     def items(self) -> dict[int, tuple]:
         return {int(i): self.get(int(i)) for i in np.flatnonzero(self.part.view >= 0)}  # type: ignore[misc]

@@ -332,8 +332,8 @@ class ShardStore:
                 "vertices": self.vertices.names,
                 "types": self.types.names,
                 "exists": exists.copy(),
-                "attrs": {i: self.attrs.raw(i) for i in self.attrs.ids()},
-                "stamps": self._stamps.items(),
+                "attrs": self.attrs.state(),
+                "stamps": self._stamps.state(),
                 "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")},
             },
             protocol=5,
@@ -349,10 +349,14 @@ class ShardStore:
         store.vertices.ids(st["vertices"])
         store.types.ids(st["types"])
         store.exists.extend(st["exists"])
-        for i, raw in st["attrs"].items():
-            store.attrs.put(i, raw if isinstance(raw, bytes) else encode(raw))  # older checkpoints kept dicts
-        for i, stamp in st["stamps"].items():
-            store._stamps.put(i, stamp)
+        if isinstance(st["attrs"], dict):  # a checkpoint from before the compact form: dicts by id
+            for i, attrs in st["attrs"].items():
+                store.attrs.put(i, encode(attrs))
+            for i, stamp in st["stamps"].items():
+                store._stamps.put(i, stamp)
+        else:
+            store.attrs.load(st["attrs"])
+            store._stamps.load(st["stamps"])
         store.edges.load(st["edges"])
         store._resend_all = True
         return store
