@@ -110,15 +110,13 @@ def write_mapped(path: Path, obj: Any) -> None:
     digest = hashlib.sha256()
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
-        for chunk in (head, b"\0" * pad):
+        chunks: list[bytes | memoryview] = [head, b"\0" * pad]
+        for a in arrays:
+            if a.nbytes:
+                chunks += [a.reshape(-1).view(np.uint8).data, b"\0" * (-a.nbytes % _ALIGN)]
+        for chunk in chunks:
             fh.write(chunk)
             digest.update(chunk)
-        for a in arrays:
-            if not a.nbytes:
-                continue
-            for chunk in (a.reshape(-1).view(np.uint8).data, b"\0" * (-a.nbytes % _ALIGN)):
-                fh.write(chunk)
-                digest.update(chunk)
         fh.write(digest.digest())
     os.replace(tmp, path)
 

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import orjson
 
-from api.archive import PER_VERTEX_APPS, ResultArchive
+from api.archive import ResultArchive
 from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory

@@ -298,7 +298,7 @@ class ShardStore:
             new_ids=newly.astype(np.int32),
             new_names=[names[i] for i in newly],
             attr_ids=attr_ids,
-            attrs=[self.attrs.raw(i) for i in attr_ids.tolist()],
+            attrs=[self.attrs.raw(i) or b"null" for i in attr_ids.tolist()],
             e_slot=touched,
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),
