@@ -168,7 +168,7 @@ class Router:
         # transaction's vertex updates is its last-writer-wins tiebreak).
         e_order, e_bounds = _by_shard(shard_of_id[e["src"]], self.n_shards)
         v_order, v_bounds = _by_shard(shard_of_id[v["id"]], self.n_shards)
-        names = np.array(self.names, dtype=object) if self.names else np.zeros(0, dtype=object)
+        names = self.names  # the table outlives the round (up to MAX_TABLE_NAMES): only used names are copied
         out = []
         for s in range(self.n_shards):
             ei = e_order[e_bounds[s] : e_bounds[s + 1]]
@@ -181,7 +181,7 @@ class Router:
             out.append(
                 ShardBatch(
                     partitions=[self.partitions[i] for i in parts.tolist()],
-                    names=names[used].tolist(),
+                    names=[names[i] for i in used.tolist()],
                     types=[self.types[i] for i in types.tolist()],
                     e_part=_local(parts, se["part"]),
                     e_off=se["off"],

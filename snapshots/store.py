@@ -255,7 +255,7 @@ class ShardStore:
             src = dst = np.zeros(0, dtype=np.int32)
             touched = np.zeros(0, dtype=np.int64)
 
-        winners, n_vertex_rows = _last_writers(vertex_parts)
+        winners, partition_names, n_vertex_rows = _last_writers(vertex_parts)
         vids = np.concatenate([t[1] for _, t in vertex_parts]) if vertex_parts else np.zeros(0, dtype=np.int32)
         touched_v = np.unique(np.concatenate([src, dst, vids]))
         newly = touched_v[~self.exists.view[touched_v]]
@@ -270,12 +270,11 @@ class ShardStore:
             changed_all = set()
 
         changed: set[int] = changed_all
-        for vid, stamp, attrs in winners:
-            old = self._stamps.get(vid)
-            if old is None or stamp > old:
-                self._stamps.put(vid, stamp)
-                self.attrs.put(vid, encode(attrs))
-                changed.add(vid)
+        newer = self._stamps.newer(winners, partition_names)
+        for vid, attrs in zip(winners["vid"][newer].tolist(), winners["attrs"][newer].tolist()):
+            self.attrs.put(vid, encode(attrs))
+            changed.add(vid)
+        self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
 
         for name, high in vector.items():
             self.applied[name] = max(high, self.applied.get(name, 0))
@@ -382,23 +381,25 @@ def _run_index(offsets: np.ndarray) -> np.ndarray:
     return np.arange(len(offsets)) - run_start
 
 
-def _last_writers(parts: list[tuple[str, list[np.ndarray]]]) -> tuple[list[tuple[int, tuple, dict]], int]:
+def _last_writers(parts: list[tuple[str, list[np.ndarray]]]) -> tuple[dict[str, np.ndarray], list[str], int]:
     """Per vertex, the row with the greatest stamp (ts, partition, offset, seq) among ``parts``
-    (partition name, [off, vid, ts, seq, attrs] columns): ``[(vid, stamp, attrs)]`` and the row count.
+    (partition name, [off, vid, ts, seq, attrs] columns): the winners' columns (``part`` indexes
+    the sorted partition names returned beside them) and the row count.
 
     Only each vertex's winner of the epoch is compared with its stored stamp: the same
-    result as comparing every row in turn, with one Python step per vertex instead of per row.
-    Rows with equal stamps keep the first, as a row-by-row strict ``>`` would.
+    result as comparing every row in turn. Rows with equal stamps keep the first, as a
+    row-by-row strict ``>`` would.
     """
     if not parts:
-        return [], 0
+        z = np.zeros(0, dtype=np.int64)
+        return {"vid": z, "ts": np.zeros(0), "part": z, "off": z, "seq": z, "attrs": np.zeros(0, dtype=object)}, [], 0
     names = sorted({name for name, _ in parts})
     rank = {name: i for i, name in enumerate(names)}
     off, vid, ts, seq, attrs = (np.concatenate(c) for c in zip(*(cols for _, cols in parts)))
-    prank = np.concatenate([np.full(len(cols[0]), rank[name], dtype=np.int32) for name, cols in parts])
+    prank = np.concatenate([np.full(len(cols[0]), rank[name], dtype=np.int64) for name, cols in parts])
     n = len(vid)
     order = np.lexsort((-np.arange(n), seq, off, prank, ts, vid))  # the last key sorts first
     sv = vid[order]
     last = order[np.r_[sv[1:] != sv[:-1], True]]
-    rows = zip(vid[last].tolist(), ts[last].tolist(), prank[last].tolist(), off[last].tolist(), seq[last].tolist(), attrs[last].tolist())
-    return [(v, (t, names[p], o, q), a) for v, t, p, o, q, a in rows], n
+    cols = {"vid": vid[last].astype(np.int64), "ts": ts[last], "part": prank[last], "off": off[last], "seq": seq[last], "attrs": attrs[last]}
+    return cols, names, n
