@@ -76,6 +76,8 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": False,
+                # librdkafka's default too, stated: never the records of aborted transactions.
+                "isolation.level": "read_committed",
                 "socket.timeout.ms": REQUEST_TIMEOUT_MS,
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
@@ -126,6 +128,10 @@ class ConfluentKafkaClient(BaseKafkaClient):
 
     def _end_offsets(self) -> dict[int, int]:
         return {p: self._watermarks(self._consumer, p)[1] for p in self._partitions}
+
+    def _consumer_positions(self) -> dict[int, int]:
+        got = self._consumer.position([self._tp(p) for p in self._partitions])
+        return {tp.partition: int(tp.offset) for tp in got if tp.offset >= 0}
 
     def _commit(self, offsets: dict[int, int]) -> None:
         from confluent_kafka import KafkaException

@@ -7,6 +7,13 @@ to its start offset, the first one *not* yet applied; the checkpoint is the
 truth of where to resume. The consumer group is used only to commit the
 offsets of durable epochs, for lag monitoring.
 
+Both clients read with ``read_committed``: records of aborted producer
+transactions are never handed out, and records of an open transaction wait
+until it commits. Offsets no consumer sees (transaction markers, aborted
+records) are stepped over when a partition has nothing queued: its position
+moves to the consumer's own, so the epoch vector and the lag reach the last
+stable offset instead of stopping one marker short of it.
+
 A broker that is unreachable, at start or mid-stream, is retried with capped
 exponential backoff; meanwhile the partitions hand out nothing and report
 ``connected == False``. Both clients resume fetching where they were.
@@ -76,7 +83,12 @@ class BaseKafkaClient(abc.ABC):
 
     @abc.abstractmethod
     def _end_offsets(self) -> dict[int, int]:
-        """The end offset (the next one to be written) of every partition, from the broker."""
+        """The end offset of every partition a read_committed consumer can reach (the last stable offset), from the broker."""
+
+    @abc.abstractmethod
+    def _consumer_positions(self) -> dict[int, int]:
+        """The consumer's own position per partition: the next offset it would hand out, past any
+        transaction markers and aborted records it stepped over."""
 
     @abc.abstractmethod
     def _commit(self, offsets: dict[int, int]) -> None:
@@ -163,7 +175,19 @@ class BaseKafkaClient(abc.ABC):
             self._down(exc)
             return
         self._up()
+        self._step_over_unseen()
         self.lag = {p: max(0, end - self.positions[p]) for p, end in ends.items()}
+
+    def _step_over_unseen(self) -> None:
+        """Move an idle partition's position over offsets that hold no record for us (markers, aborted)."""
+        try:
+            ahead = self._consumer_positions()
+        except self._errors() as exc:
+            self._down(exc)
+            return
+        for p, pos in ahead.items():
+            if not self.queues[p] and pos > self.positions[p] and pos >= self._fetched[p]:
+                self.positions[p] = self._fetched[p] = pos
 
     def take(self, partition: int, max_records: int) -> list[Record]:
         q = self.queues[partition]
@@ -213,6 +237,8 @@ class KafkaClient(BaseKafkaClient):
             enable_auto_commit=False,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
             client_id=f"pulsegraph-{self.topic}",
+            # Never the records of aborted transactions (kafka-python's default is read_uncommitted).
+            isolation_level="read_committed",
         )
         try:
             tps = self._tps()
@@ -234,6 +260,9 @@ class KafkaClient(BaseKafkaClient):
 
     def _end_offsets(self) -> dict[int, int]:
         return {tp.partition: end for tp, end in self._consumer.end_offsets(self._tps()).items()}
+
+    def _consumer_positions(self) -> dict[int, int]:
+        return {tp.partition: int(self._consumer.position(tp)) for tp in self._tps()}
 
     def _commit(self, offsets: dict[int, int]) -> None:
         from kafka import TopicPartition
