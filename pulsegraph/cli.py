@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
             dest=name,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
-            help=f"{f.description} (env PULSEGRAPH_{name.upper()}; default {default})",
+            # argparse %-formats help strings: a literal percent sign must be doubled.
+            help=f"{f.description} (env PULSEGRAPH_{name.upper()}; default {default})".replace("%", "%%"),
             **alone,
         )
     produce = sub.add_parser(
