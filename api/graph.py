@@ -132,17 +132,20 @@ class GraphHistory:
     def slots(self) -> int:
         return self.src.n
 
-    def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False) -> None:
+    def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False, since: int | None = None) -> None:
         """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored).
 
         ``full``: the changes are the whole graph (the first epoch after a restore from a checkpoint);
-        every edge they do not name is gone, and no epoch before counts as missed.
+        every edge they do not name is gone, and no epoch before counts as missed. ``since``: the
+        first epoch the changes cover (default ``epoch``; earlier when sealed epochs were merged
+        into this one).
         """
         if epoch <= self.epoch:
             return
-        if epoch != self.epoch + 1 and not full:
-            log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, epoch - 1)
-            self.missed_epochs += epoch - self.epoch - 1
+        first = epoch if since is None else since
+        if first != self.epoch + 1 and not full:
+            log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, first - 1)
+            self.missed_epochs += first - self.epoch - 1
         ch = changes if changes is not None else EdgeChanges.empty()
         if len(ch) and (int(ch.src.max()) >= MAX_VERTICES or int(ch.dst.max()) >= MAX_VERTICES or int(ch.etype.max()) >= MAX_TYPES):
             raise GraphCapacityError(

@@ -145,7 +145,8 @@ class ResultStore:
         for v in views:
             full = bool(getattr(v.result, "full_changes", False))
             if v.result.edge_changes is not None or full:  # archived epochs carry no graph
-                self.graph.apply(v.result.epoch, v.result.edge_changes, full)
+                skipped = v.result.skipped
+                self.graph.apply(v.result.epoch, v.result.edge_changes, full, skipped[0] if skipped else None)
                 v.result.edge_changes = None  # the graph history has them now
             self._keep_apps(v)
         if self.archive is not None and notify:

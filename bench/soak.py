@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe as machine
+from pulsegraph.memory import process_tree
 
 ROLES = ("api", "ingest", "shards", "coordinator", "compute", "ray")
 # Ray names a worker's process after its actor class ("ray::ShardActor", "ray::ShardActor.apply").
@@ -52,29 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(d))
-    return kids
-
-
-def tree(root: int) -> list[int]:
-    kids, out, todo = _children(), [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
 
 
 def role_of(pid: int, root: int) -> str:
@@ -113,7 +91,7 @@ def get_json(url: str, timeout: float = 5.0):
 
 def sample(root: int, base: str) -> dict:
     by_role = {r: [0, 0] for r in ROLES}
-    for pid in tree(root):
+    for pid in process_tree(root):
         rss, anon = memory(pid)
         acc = by_role[role_of(pid, root)]
         acc[0] += rss

@@ -70,7 +70,8 @@ def node_used() -> int:
     return info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))
 
 
-def _tree(root: int) -> list[int]:
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc."""
     kids: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -100,7 +101,7 @@ def anonymous_rss(pid: int) -> int:
 def service_memory(root: int | None = None, object_store: int = 0) -> int:
     """Anonymous resident memory of ``root`` (default: this process) and every process below it,
     plus the object store's shared memory."""
-    return sum(anonymous_rss(p) for p in _tree(root or os.getpid())) + object_store
+    return sum(anonymous_rss(p) for p in process_tree(root or os.getpid())) + object_store
 
 
 @dataclass

@@ -287,6 +287,8 @@ class EpochCoordinator:
             "vector": dict(last.vector) if last else {},
             "progress": dict(self._progress),
             "failed": self._failed,
+            "ranked": (self._handed or {}).get("epoch", 0),  # the newest epoch the consumer finished
+            "queued": len(self._queue),
             "durable": dict(self._durable),
             "replaying": len(self._replay),
             "recent": [

@@ -84,6 +84,7 @@ def test_cold_epochs_answer_the_same_bytes_as_in_memory(tmp_path):
         for r in epochs:
             for path in reads(r.epoch)[:6]:
                 assert b.get(path).content == hot_answers[path + f"@{r.epoch}"], path
+        assert cold.graph.missed_epochs == 0, "epoch 5's changes cover the epoch it merged"
         merged = b.get("/v1/epochs/4")
         assert merged.status_code == 404 and merged.json()["error"]["code"] == "epoch_not_ranked"
         assert b.get("/v1/epochs/5").json()["skipped"] == [4]
