@@ -22,7 +22,7 @@ from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSin
 from ingest.runtime import tune_gc
 from ingest.sources import SourceSpec, open_partitions
 from ingest.sources.kafka import KafkaPartition
-from ingest.transforms import Event, get_transform
+from ingest.transforms import Event, events_of, get_transform
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +149,9 @@ class IngestActor:
                 continue
             events: list[Event] = []
             for offset, raw in records:
-                # A message may pack several newline-delimited events: each is its own
-                # transaction, numbered (offset, index); they share the offset, so an
-                # epoch holds all events of a message or none.
-                if b"\n" in raw and b"\n" in raw.rstrip(b"\r\n"):
-                    events.extend(Event(offset, i, e) for i, e in enumerate(raw.split(b"\n")) if e.strip())
-                elif raw and not raw.isspace():  # isspace: strip() without the copy
+                if b"\n" in raw:
+                    events.extend(events_of(offset, raw))
+                elif raw and not raw.isspace():  # the common case, inline: one event, one line
                     events.append(Event(offset, 0, raw))
             rejected = self._transform.feed(self._router, part.name, events)
             letters.extend(DeadLetter(part.name, e.offset, reason, e.raw, e.event_index) for e, reason in rejected)

@@ -53,11 +53,30 @@ MIN_DECODE_CHUNK = 16
 
 
 class Event(NamedTuple):
-    """One event of a round: its position and its raw bytes (no newline but trailing ones)."""
+    """One event of a round: its position and its raw bytes (see :func:`events_of`)."""
 
     offset: int
     event_index: int  # its place in a message that packs several events
     raw: bytes
+
+
+_ONE_VALUE = msgspec.json.Decoder()
+
+
+def events_of(offset: int, raw: bytes) -> list[Event]:
+    """The events of one record. A record may pack several newline-delimited events: each is its own
+    transaction, numbered (offset, index); they share the offset, so an epoch holds all events of a
+    record or none. A record that parses as one JSON value is one event, whatever its newlines (a
+    producer that writes ``json.dumps(event, indent=2)``); a packed one fails that parse at its second
+    line, after one event's worth of work."""
+    body = raw.rstrip(b"\r\n")
+    if b"\n" in body:
+        try:
+            _ONE_VALUE.decode(body)
+        except msgspec.DecodeError:
+            return [Event(offset, i, e) for i, e in enumerate(raw.split(b"\n")) if e.strip()]
+        return [Event(offset, 0, raw)]
+    return [Event(offset, 0, raw)] if raw and not raw.isspace() else []  # isspace: strip() without the copy
 
 
 class Rejected(NamedTuple):

@@ -12,6 +12,7 @@ from api.app import create_app
 from api.store import EpochView
 from ingest.eventlog import EventLog
 from ingest.transforms import get_transform
+from pulsegraph.errors import PipelineError
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
@@ -102,7 +103,12 @@ class _Server(uvicorn.Server):
 def serve(settings: Settings) -> int:
     pipeline = Pipeline(settings, on_epoch=print_epoch)
     log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
-    pipeline.start()
+    try:
+        pipeline.start()
+    except PipelineError as exc:
+        log.error("%s", exc)
+        pipeline.stop()
+        return 1
     app = build_app(settings, pipeline)
     server = _Server(
         uvicorn.Config(

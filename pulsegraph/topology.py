@@ -26,6 +26,7 @@ from compute.actor import ComputeActor
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
 from pulsegraph.errors import PipelineError
+from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.settings import Settings
 from snapshots.checkpoint import CheckpointStore, Manifest
@@ -105,6 +106,7 @@ class Pipeline:
         self._launched = threading.Event()
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
+        self._lock: DataDirLock | None = None
         self.sizing: dict = {}
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
@@ -138,6 +140,8 @@ class Pipeline:
     def start(self) -> "Pipeline":
         """Start the pipeline. With Kafka this returns at once: the actors are launched as soon as the
         broker answers, and until then /health says the ingest is disconnected."""
+        # First: a second service on this folder must refuse before it touches anything in it.
+        self._lock = DataDirLock(self.settings.data_dir).acquire()
         init_ray(self.settings)
         # Build Ray's serialization context here, on this thread: built first on the launcher
         # thread, it races the main thread's imports (pydantic.v1) and fails.
@@ -414,6 +418,8 @@ class Pipeline:
         self._stop.set()
         with self._lifecycle:  # a relaunch in progress finishes first, so nothing is left behind
             self._stop_locked()
+        if self._lock is not None:
+            self._lock.release()
 
     def _stop_locked(self) -> None:
         if self.feed is not None:

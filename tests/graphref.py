@@ -8,6 +8,7 @@ exists once any update touched it.
 
 from __future__ import annotations
 
+import json
 import math
 
 from ingest.events import EdgeUpdate
@@ -25,9 +26,15 @@ def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int
         for offset, raw in recs:
             if offset >= vector.get(p, 0):
                 continue
-            # A record may pack several newline-delimited events, each its own transaction.
+            # A record may pack several newline-delimited events, each its own transaction; one that
+            # parses as a single JSON value is one event, however many lines it spans.
             updates = []
-            for event in raw.split(b"\n"):
+            try:
+                json.loads(raw)
+                events = [raw]
+            except ValueError:
+                events = raw.split(b"\n")
+            for event in events:
                 if not event.strip():
                     continue
                 try:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import ray
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from ingest.sources.base import SourceSpec, open_partitions
 from pulsegraph.produce import produce
@@ -197,6 +197,36 @@ def test_packed_messages_are_one_transaction_per_event(ray_cluster, kafka_broker
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=120)
         assert view.result.records == 12_000
+        assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
+    finally:
+        p.stop()
+
+
+def test_a_pretty_printed_event_is_one_event_and_packed_messages_stay_packed(ray_cluster, kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    rng = random.Random(5)
+
+    def tweet(i: int) -> dict:
+        return {"user": f"u{rng.randrange(30)}", "mentions": [f"u{rng.randrange(30)}"], "hashtags": ["t1"], "ts": float(i)}
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    values = [json.dumps(tweet(i), indent=2).encode() for i in range(50)]  # 50 events over ~10 lines each
+    values += [b"\n".join(json.dumps(tweet(100 + 3 * i + k)).encode() for k in range(3)) for i in range(20)]  # packed
+    for v in values:
+        producer.send(topic, value=v, partition=0)
+    producer.flush()
+    producer.close()
+    records = consume_all(kafka_broker.bootstrap, topic)
+    want_vector = end_vector(records)
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, ingest_actors=1)).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=120)
+        assert view.result.records == 50 + 60
+        time.sleep(1.5)  # the status behind /health is refreshed once a second
+        assert p.status()["dead_letters"] == 0
         assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
     finally:
         p.stop()

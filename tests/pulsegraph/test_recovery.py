@@ -30,6 +30,8 @@ def crash(p: Pipeline) -> None:
     if p.feed is not None:
         p.feed.stop()
     p._teardown()
+    if p._lock is not None:
+        p._lock.release()  # as the kernel releases a dead process's flock
 
 
 def settings(tmp_path, rate: float) -> Settings:
