@@ -139,7 +139,8 @@ class ResultStore:
                     order, ranks[algo] = rank_order(np.asarray(scores))
                     top[algo] = order[:TOP_CACHE]
             info = r.info()
-            views.append(EpochView(r, info, top, ranks, kept_json(info)))
+            # An archived epoch given with its ranks is read from its file already.
+            views.append(EpochView(r, info, top, ranks, kept_json(info), cold=r.epoch in (ranks_of or {})))
         # Merged outside the lock: two sorted runs, which timsort merges in linear time.
         sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
         for v in views:
