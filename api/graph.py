@@ -142,10 +142,10 @@ class GraphHistory:
         """
         if epoch <= self.epoch:
             return
-        first = epoch if since is None else since
-        if first != self.epoch + 1 and not full:
-            log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, first - 1)
-            self.missed_epochs += first - self.epoch - 1
+        covered_from = epoch if since is None else since
+        if covered_from != self.epoch + 1 and not full:
+            log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, covered_from - 1)
+            self.missed_epochs += covered_from - self.epoch - 1
         ch = changes if changes is not None else EdgeChanges.empty()
         if len(ch) and (int(ch.src.max()) >= MAX_VERTICES or int(ch.dst.max()) >= MAX_VERTICES or int(ch.etype.max()) >= MAX_TYPES):
             raise GraphCapacityError(
