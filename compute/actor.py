@@ -26,9 +26,10 @@ from snapshots.checkpoint import CheckpointStore, read_verified, write_atomic
 log = logging.getLogger(__name__)
 
 # Results the API has not pulled yet. The API polls ten times per epoch interval and acknowledges
-# what it has with each poll, so more than a few waiting means it is stalled: the oldest are dropped
-# (they stay sealed; the API says which epochs it has) rather than holding per-vertex arrays without bound.
-KEEP_RESULTS = 4
+# what it has with each poll, so normally one or two wait; a recovery re-cuts logged epochs faster
+# than that, and the API must see each (its graph view applies their changes). Past this many the
+# API is stalled: the oldest are dropped rather than holding per-vertex arrays without bound.
+KEEP_RESULTS = 16
 
 
 @ray.remote

@@ -91,7 +91,7 @@ class EpochCoordinator:
             self._last = Epoch(resume["epoch"], dict(resume["vector"]), EpochStatus.DURABLE)
             self._replay.extend(e for e in resume.get("replay", []) if e["epoch"] > resume["epoch"])
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
-        # Sealed epochs for the consumer: (info, delta refs, checkpoint or None), oldest first.
+        # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
         self._queued = threading.Condition()
         self._busy = False  # the hand-off thread is inside a consumer call
@@ -204,7 +204,7 @@ class EpochCoordinator:
                 with self._queued:
                     while len(self._queue) >= MAX_QUEUED and not self._failed:
                         self._queued.wait(1.0)
-                    self._queue.append((info, [d for _, d in pairs], checkpoint))
+                    self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued.notify_all()
             return info
 
@@ -215,7 +215,9 @@ class EpochCoordinator:
         while self._queue:
             item = self._queue.popleft()
             batch.append(item)
-            if item[2] is not None:
+            # A re-cut epoch of the log is handed over alone: it was ranked on its own before the
+            # crash, and is published again exactly as it was.
+            if item[2] is not None or item[3] or (self._queue and self._queue[0][3]):
                 break
         return batch
 
@@ -232,7 +234,7 @@ class EpochCoordinator:
             try:
                 self._hand_off(batch)
             except Exception as exc:  # noqa: BLE001 - the pipeline must not go on without this epoch
-                numbers = [info["epoch"] for info, _, _ in batch]
+                numbers = [info["epoch"] for info, _, _, _ in batch]
                 log.exception("the consumer failed on epochs %s", numbers)
                 self._failed = f"compute failed on epoch {numbers[-1]}: {type(exc).__name__}: {exc}"
                 with self._queued:
@@ -243,9 +245,9 @@ class EpochCoordinator:
                     self._queued.notify_all()
 
     def _hand_off(self, batch: list) -> None:
-        infos = [info for info, _, _ in batch]
+        infos = [info for info, _, _, _ in batch]
         if self._consumer is not None:
-            refs = [d for _, deltas, _ in batch for d in deltas]
+            refs = [d for _, deltas, _, _ in batch for d in deltas]
             self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
         checkpoint = batch[-1][2]
         if checkpoint is not None:
