@@ -2,9 +2,11 @@
 
 A transform is a plain function from a decoded event to a list of updates,
 registered by name together with the type it decodes. The built-ins are
-``edges`` (generic graph events) and ``tweets`` (Kineograph's feed). A record
-that fails anywhere here raises :class:`~ingest.exceptions.BadRecord`; the
-caller sends it to the dead-letter sink and goes on.
+``edges`` (generic graph events) and ``tweets`` (Kineograph's feed); a user's
+own is named ``package.module:NAME`` (see :func:`get_transform`). A record that
+fails anywhere here raises :class:`~ingest.exceptions.BadRecord`, and whatever
+a transform's function raises is that record's failure too: the caller sends it
+to the dead-letter sink, with the exception as the reason, and goes on.
 
 The ingest actor hands a whole round of records to :meth:`Transform.feed`:
 it decodes them in one msgspec call, and a transform with a batch path
@@ -17,6 +19,7 @@ exactly those of one record at a time.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Callable, NamedTuple
@@ -152,6 +155,9 @@ class Transform:
                 updates = self.apply(decoded[k])
             except BadRecord as exc:
                 rejected.append(Rejected(events[k], str(exc)))
+                return
+            except Exception as exc:  # noqa: BLE001 - a transform's own failure is the record's, not the stream's
+                rejected.append(Rejected(events[k], f"transform {self.name} raised {type(exc).__name__}: {exc}"))
                 return
             router.add(partition, events[k].offset, updates)
 
@@ -333,10 +339,21 @@ def register_transform(transform: Transform) -> Transform:
 
 
 def get_transform(name: str) -> Transform:
+    """The transform registered as ``name``; ``package.module:name`` imports the module first (its import
+    registers the transform), so a user's own transform reaches every ingest actor by its name alone."""
+    if name not in TRANSFORMS and ":" in name:
+        module, _, _ = name.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise IngestError(f"transform {name!r}: cannot import {module!r}: {exc}") from exc
     try:
         return TRANSFORMS[name]
     except KeyError:
-        raise IngestError(f"unknown transform {name!r}; known: {sorted(TRANSFORMS)}") from None
+        raise IngestError(
+            f"unknown transform {name!r}; known: {sorted(TRANSFORMS)} (a module's own: 'package.module:NAME', "
+            f"where importing the module registers NAME with register_transform)"
+        ) from None
 
 
 register_transform(Transform("edges", GraphEvent, edges_transform, rank_types=None))

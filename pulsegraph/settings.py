@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ingest.transforms import TRANSFORMS
+from ingest.exceptions import IngestError
+from ingest.transforms import get_transform
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 # The synthetic stream's rate when none is given: lively on a dashboard, light on a laptop.
@@ -59,7 +60,7 @@ class Settings(BaseSettings):
     kafka_client: Literal["kafka-python", "confluent"] = Field(
         "confluent", description="the Kafka client library of --source kafka: confluent (librdkafka) or kafka-python"
     )
-    transform: str | None = Field(None, description="record -> updates: edges or tweets (default: tweets for synthetic, edges for file)")
+    transform: str | None = Field(None, description="record -> updates: edges, tweets, or your own as package.module:NAME (default: tweets for synthetic, edges for file)")
     rate: float | None = Field(None, ge=0, description="events/s to read; 0 means as fast as the pipeline takes them (default: 1000 for synthetic, unbounded for file)")
     limit: int | None = Field(None, ge=0, description="stop the source after this many records")
     partitions: int = Field(2, ge=1, le=1024, description="partitions of the synthetic stream")
@@ -136,8 +137,11 @@ class Settings(BaseSettings):
             raise ValueError("--source file needs --path FILE")
         if self.source == "kafka" and not (self.bootstrap and self.topic):
             raise ValueError("--source kafka needs --bootstrap HOST:PORT and --topic TOPIC")
-        if self.transform is not None and self.transform not in TRANSFORMS:
-            raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
+        if self.transform is not None:
+            try:
+                get_transform(self.transform)
+            except IngestError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @field_validator("cors_origins", mode="before")
@@ -182,4 +186,4 @@ class Settings(BaseSettings):
 
     @property
     def ranked_types(self) -> tuple[str, ...] | None:
-        return self.rank_types or TRANSFORMS[self.transform_name].rank_types
+        return self.rank_types or get_transform(self.transform_name).rank_types
