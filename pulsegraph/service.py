@@ -12,7 +12,7 @@ from api.app import create_app
 from api.store import EpochView
 from ingest.eventlog import EventLog
 from ingest.transforms import get_transform
-from pulsegraph.errors import PipelineError
+from pulsegraph.errors import PulsegraphError
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
@@ -105,7 +105,7 @@ def serve(settings: Settings) -> int:
     log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
     try:
         pipeline.start()
-    except PipelineError as exc:
+    except PulsegraphError as exc:
         log.error("%s", exc)
         pipeline.stop()
         return 1
@@ -121,6 +121,14 @@ def serve(settings: Settings) -> int:
     # uvicorn shuts down gracefully on SIGINT and SIGTERM, then re-raises the
     # signal; make SIGTERM an interrupt too, so the pipeline below is stopped.
     signal.signal(signal.SIGTERM, _interrupt)
+
+    def exit_when_fatal() -> None:
+        # A pipeline that gave up leaves nothing to serve but a stale history: exit, loudly, so a
+        # supervisor (systemd, Kubernetes) shows the failure and the operator reads why.
+        pipeline.fatal.wait()
+        server.should_exit = True
+
+    threading.Thread(target=exit_when_fatal, name="exit-when-fatal", daemon=True).start()
     try:
         server.run()
     except KeyboardInterrupt:
@@ -128,4 +136,7 @@ def serve(settings: Settings) -> int:
     finally:
         log.info("stopping the pipeline")
         pipeline.stop()
+    if pipeline.fatal.is_set():
+        log.error("stopped: %s", pipeline.fatal_error)
+        return 1
     return 0

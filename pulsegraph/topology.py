@@ -25,7 +25,7 @@ from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
-from pulsegraph.errors import PipelineError
+from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.settings import Settings
@@ -104,6 +104,9 @@ class Pipeline:
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
+        # Set when the pipeline gave up (an error only the operator can fix); the service then exits.
+        self.fatal = threading.Event()
+        self.fatal_error: str | None = None
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
         self._lock: DataDirLock | None = None
@@ -148,19 +151,22 @@ class Pipeline:
         ray.put(None)
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         if self.settings.source == "kafka":
-            threading.Thread(target=self._launch_and_feed, name="pipeline-launch", daemon=True).start()
+            threading.Thread(target=self._launch_and_feed, args=(True,), name="pipeline-launch", daemon=True).start()
         else:
             self._launch_and_feed()
         threading.Thread(target=self._watch, name="pipeline-status", daemon=True).start()
         return self
 
-    def _launch_and_feed(self) -> None:
+    def _launch_and_feed(self, background: bool = False) -> None:
         try:
             self._launch()
-        except PipelineError:
+        except PulsegraphError as exc:
             if self._stop.is_set():
                 return
-            raise
+            if not background:
+                raise
+            self._give_up(str(exc))  # no caller to raise to: stop loudly, as a relaunch would
+            return
         resume = self.archive if self.settings.archive_results else None
         self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, resume).start()
         self._launched.set()
@@ -314,7 +320,7 @@ class Pipeline:
             try:
                 status = self.poll_status()
                 self._status = {**status, **self._check_memory(status)}
-                lost = status["epoch_failed"]
+                lost = status["_lost"]
             except RayActorError as exc:
                 lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             except GetTimeoutError:
@@ -333,8 +339,21 @@ class Pipeline:
             backoff = min(backoff * 2, RELAUNCH_BACKOFF_MAX_S)
             try:
                 self._relaunch(lost)
+            except PulsegraphError as exc:
+                # Ours, not Ray's: the data folder or the source is not what its history says (a log
+                # that is not one history, a checkpoint of other shards, a re-created topic).
+                # Retrying cannot fix it; the operator can, and the message says how.
+                self._give_up(str(exc))
+                return
             except Exception:  # noqa: BLE001 - the next poll finds it still broken and tries again
                 log.exception("relaunch failed")
+
+    def _give_up(self, why: str) -> None:
+        """Stop for good with ``why`` in /health and the log; the service exits (see :attr:`fatal`)."""
+        log.error("the pipeline cannot recover by itself and stops: %s", why)
+        self._status = {**self._status, "status": "failed", "ingest": "stopped", "error": why}
+        self.fatal_error = why
+        self.fatal.set()
 
     def measure_memory(self) -> int:
         """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""
@@ -381,7 +400,8 @@ class Pipeline:
             state = "finished" if all(i["exhausted"] for i in ingest) else "running"
         return {
             "status": "degraded" if failed or disconnected else "ok",
-            "epoch_failed": coord["failed"],
+            # An epoch that failed or an ingest actor whose loop died: either way the pipeline relaunches.
+            "_lost": failed,
             "sizing": dict(self.sizing),
             "recoveries": self.recoveries,
             "ingest": state,
