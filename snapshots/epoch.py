@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ingest.eventlog import makedirs_durably, open_durably
 from snapshots.exceptions import EpochLogError, EpochOrderError, EpochStateError
 
 
@@ -69,9 +70,9 @@ class EpochLog:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        makedirs_durably(os.path.dirname(os.path.abspath(path)))
         self._drop_torn_tail()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
 
     def _drop_torn_tail(self) -> None:
         """A crash mid-append leaves a line without its newline: cut it, or the next entry would join it."""
@@ -102,18 +103,39 @@ class EpochLog:
 
     @staticmethod
     def read(path: str) -> list[dict]:
-        """Every complete entry; a torn last line (a crash mid-write) is ignored."""
+        """Every complete entry; a torn last line (a crash mid-write) is ignored.
+
+        The entries must be one history: epoch numbers one apart, vectors that never go back. A log
+        that is not (a duplicated or edited line, two writers) would re-cut a history that never was,
+        so it raises EpochLogError naming the line, never a silent stall."""
         if not os.path.exists(path):
             return []
-        out = []
+        out: list[dict] = []
         with open(path, "rb") as fh:
-            for raw in fh:
+            for line, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):
                     break
                 try:
-                    out.append(json.loads(raw))
-                except ValueError as exc:
-                    raise EpochLogError(f"{path} has a corrupt entry: {exc}. Operator action: move the file aside.") from exc
+                    entry = json.loads(raw)
+                    epoch = Epoch(int(entry["epoch"]), {str(p): int(o) for p, o in entry["vector"].items()})
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise EpochLogError(
+                        f"{path} line {line} is not an epoch entry ({type(exc).__name__}: {exc}). "
+                        f"Operator action: restore the file from a backup, or move the data folder aside to start anew."
+                    ) from exc
+                if out:
+                    previous = Epoch(out[-1]["epoch"], out[-1]["vector"])
+                    try:
+                        if epoch.number != previous.number + 1:
+                            raise EpochOrderError(f"epoch {epoch.number} comes after epoch {previous.number}, not {previous.number + 1}")
+                        epoch.follows(previous)
+                    except EpochOrderError as exc:
+                        raise EpochLogError(
+                            f"{path} line {line}: {exc}, so the log is not one history (a duplicated or edited "
+                            f"entry, or a second writer). Operator action: restore the file from a backup, or move the "
+                            f"data folder aside to start anew."
+                        ) from exc
+                out.append(entry)
         return out
 
 
