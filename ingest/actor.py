@@ -66,10 +66,12 @@ class IngestActor:
         self._coordinator = coordinator
         self._stop = threading.Event()
         self._sink: KafkaDeadLetterSink | FileDeadLetterSink
+        # Opened where the partitions resume, so the letters of replayed records are not written again.
+        resume_at = {p: starts.get(p, 0) for p in partitions}
         if spec.kind == "kafka":
-            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop)
+            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at)
         else:
-            self._sink = FileDeadLetterSink(dead_letter_path)
+            self._sink = FileDeadLetterSink(dead_letter_path, resume_at)
         self._batch_size = batch_size
         self._router = Router(len(shards))
         self._thread: threading.Thread | None = None
