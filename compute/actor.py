@@ -21,7 +21,7 @@ from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
-from snapshots.checkpoint import CheckpointStore, read_verified, write_atomic
+from snapshots.checkpoint import CheckpointStore, read_verified
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,7 @@ class ComputeActor:
         after that epoch's ``apply_epochs``); returns the file's sha256."""
         if self._stage.epoch != epoch:
             raise RuntimeError(f"the compute stage is at epoch {self._stage.epoch}, not {epoch}")
-        folder = CheckpointStore(data_dir).folder(epoch)
-        folder.mkdir(parents=True, exist_ok=True)
-        return write_atomic(folder / "compute.ckpt", pickle.dumps(self._stage.checkpoint_state(), protocol=5))
+        return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", pickle.dumps(self._stage.checkpoint_state(), protocol=5))
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and

@@ -4,6 +4,11 @@ Owns the append side only; reading is the file source's job. Each append is one
 ``O_APPEND`` write of whole lines, fsynced before it returns, so an event
 acknowledged to a client is on disk, and concurrent appenders never interleave
 inside a line.
+
+Also the durable-file primitives the other logs use (the dead letters, the
+epoch log, checkpoints): a file's fsync keeps its bytes, not its name; a file
+or folder just created survives a power cut only once the folder that lists it
+is fsynced too, so every creation here fsyncs its parent.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 class EventLog:
     def __init__(self, path: str) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        makedirs_durably(os.path.dirname(os.path.abspath(path)))
         self._lock = threading.Lock()
 
     def append(self, records: list[bytes]) -> None:
@@ -28,9 +33,42 @@ class EventLog:
             append_durably(self.path, b"".join(r + b"\n" for r in records))
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make the entries of folder ``path`` (a file created or renamed in it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def makedirs_durably(path: str | os.PathLike) -> None:
+    """``os.makedirs(path, exist_ok=True)``, each folder it creates made durable in its parent."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    makedirs_durably(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    fsync_dir(parent)
+
+
+def open_durably(path: str, flags: int) -> int:
+    """``os.open`` with ``O_CREAT``; when it creates the file, its folder is fsynced before it returns."""
+    try:
+        return os.open(path, flags & ~os.O_CREAT)
+    except FileNotFoundError:
+        fd = os.open(path, flags | os.O_CREAT, 0o644)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        return fd
+
+
 def append_durably(path: str, data: bytes) -> None:
     """One ``O_APPEND`` write (whole lines never interleave with another appender's), then fsync."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, data)
         os.fsync(fd)

@@ -24,6 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.eventlog import fsync_dir, makedirs_durably
 from snapshots.exceptions import CheckpointError, CorruptCheckpoint
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,7 @@ def write_atomic(path: Path, payload: bytes, durable: bool = True) -> str:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
         if durable:
-            fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(path.parent)
     except OSError as exc:
         raise CheckpointError(f"cannot write {path}: {exc}. Operator action: check the disk under {path.parent}.") from exc
     return digest.hex()
@@ -103,10 +100,14 @@ class CheckpointStore:
     def folder(self, epoch: int) -> Path:
         return self.root / f"epoch-{epoch:012d}"
 
-    def write_shard(self, epoch: int, shard: int, payload: bytes) -> str:
+    def write_file(self, epoch: int, name: str, payload: bytes) -> str:
+        """One file of epoch ``epoch``'s checkpoint, durably (its folder too); returns its sha256."""
         folder = self.folder(epoch)
-        folder.mkdir(parents=True, exist_ok=True)
-        return write_atomic(folder / f"shard-{shard}.ckpt", payload)
+        makedirs_durably(folder)
+        return write_atomic(folder / name, payload)
+
+    def write_shard(self, epoch: int, shard: int, payload: bytes) -> str:
+        return self.write_file(epoch, f"shard-{shard}.ckpt", payload)
 
     def commit(
         self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None
