@@ -202,9 +202,9 @@ class KafkaDeadLetterSink:
                         raise KafkaTimeoutError(f"reading {self.topic} back took over {READ_BACK_TIMEOUT_S:.0f} s")
                     for r in consumer.poll(timeout_ms=1000).get(tp, []):
                         if r.offset < end:
-                            h = dict(r.headers or [])
-                            if b"partition" in h and b"offset" in h:
-                                window.append((h[b"partition"].decode(), int(h[b"offset"]), int(h.get(b"index", b"0"))))
+                            h = dict(r.headers or [])  # kafka-python: [(str key, bytes value)]
+                            if "partition" in h and "offset" in h:
+                                window.append((h["partition"].decode(), int(h["offset"]), int(h.get("index", b"0"))))
                 yield from reversed(window)
                 end = start
         finally:

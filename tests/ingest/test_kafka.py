@@ -232,17 +232,24 @@ def test_a_pretty_printed_event_is_one_event_and_packed_messages_stay_packed(ray
         p.stop()
 
 
-def test_malformed_records_go_to_the_dlq_topic_and_the_valid_ones_all_apply(ray_cluster, kafka_broker, tmp_path):
+def test_malformed_records_go_to_the_dlq_topic_once_even_after_a_relaunch(ray_cluster, kafka_broker, tmp_path):
+    """Every bad record is in the DLQ topic exactly once, though a relaunch with no checkpoint replays the
+    whole topic; one too large for the DLQ topic is cut, with its size in a header."""
+    from ingest.deadletter import MAX_KAFKA_VALUE_BYTES
+    from tests.pulsegraph.test_recovery import relaunched
+
     topic = kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=5000, partitions=2))
     rng = random.Random(5)
+    huge = b'{"user": "' + b"x" * 950_000 + b'"}'  # fits the source topic (1 MB), not the DLQ's cut
     bad = [
         b"{not json", b'{"user": 7}', b'{"mentions": ["a"]}', b'{"user": "' + b"x" * 300 + b'"}',
         b'{"user": "a", "hashtags": [1]}', b"[]", b'{"user": "a", "ts": "soon"}',
     ]
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
-    sent_bad = 0
-    for i in range(1000):  # 1% of the stream is malformed, spread over both partitions
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, max_request_size=2_000_000)
+    sent_bad = 1
+    producer.send(topic, value=huge, partition=1)
+    for i in range(1000):  # 5% of these are malformed, spread over both partitions
         if rng.random() < 0.05:
             producer.send(topic, value=rng.choice(bad), partition=i % 2)
             sent_bad += 1
@@ -252,21 +259,31 @@ def test_malformed_records_go_to_the_dlq_topic_and_the_valid_ones_all_apply(ray_
     producer.close()
     records = consume_all(kafka_broker.bootstrap, topic)
     want_vector = end_vector(records)
-    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic)).start()
+    p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, checkpoint_every=1000)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=120)
         assert ray.get(p.compute.snapshot.remote()) == reference(records, want_vector, "tweets")
-        assert view.result.records == 6000 - sent_bad
+        assert view.result.records == 6001 - sent_bad
+        ray.kill(p.ingest[0], no_restart=True)  # relaunched from no checkpoint: every record is read again
+        p.wait_for_epoch(lambda v: relaunched(p, 1) and v.result.vector == want_vector, timeout=120)
     finally:
         p.stop()
     letters = consume_all(kafka_broker.bootstrap, f"{topic}.dlq", with_headers=True)
-    found = {}
+    found: dict = {}
     for recs in letters.values():
         for _, value, headers in recs:
-            found[(headers["partition"].decode(), int(headers["offset"]))] = (value, headers["reason"].decode())
-    expected = {(p, o): v for p, recs in records.items() for o, v in recs if v in bad}
+            key = (headers["partition"].decode(), int(headers["offset"]))
+            assert key not in found, f"{key} is in the DLQ twice"
+            found[key] = (value, headers)
+    expected = {(p, o): v for p, recs in records.items() for o, v in recs if v in bad or v == huge}
     assert set(found) == set(expected)
-    assert all(found[k][0] == v and found[k][1] for k, v in expected.items())
+    for k, v in expected.items():
+        value, headers = found[k]
+        assert headers["reason"]
+        if v == huge:
+            assert value == huge[:MAX_KAFKA_VALUE_BYTES] and int(headers["original_size"]) == len(huge)
+        else:
+            assert value == v and "original_size" not in headers
 
 
 def test_a_killed_shard_and_ingest_actor_recover_on_their_own(ray_cluster, kafka_broker, tmp_path):
