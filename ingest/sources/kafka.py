@@ -47,6 +47,13 @@ REQUEST_TIMEOUT_MS = 5000
 PROBE_S = 2.0
 # How long one fill waits for records: short, so a round over several partitions never stalls.
 POLL_TIMEOUT_S = 0.02
+# A partition's in-process queue holds about this many records at most (or four takes, if more).
+# A round asks every partition; an idle one's empty queue makes the client fetch, and the fetch
+# brings whatever is ready, mostly for the busy siblings. While any queue is this full nothing is
+# fetched: the busy queue drains by a take a round, and the library's own prefetch is bounded by its
+# settings. (Not pause/resume: kafka-python 3.0's parked fetches of a paused partition are never
+# restored while a sibling has fetched records in line, so a resumed partition stays silent.)
+MAX_QUEUED_RECORDS = 20_000
 
 
 class BaseKafkaClient(abc.ABC):
@@ -66,6 +73,7 @@ class BaseKafkaClient(abc.ABC):
         self._next_try = 0.0
         self._next_probe = 0.0
         self._committed: dict[int, int] = {}
+        self._queue_cap = MAX_QUEUED_RECORDS
 
     # -- what a client library provides --------------------------------------------------
 
@@ -140,7 +148,10 @@ class BaseKafkaClient(abc.ABC):
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
 
     def fill(self, max_records: int) -> None:
-        """Fetch what is ready into the per-partition queues (waits at most a few ms)."""
+        """Fetch what is ready into the per-partition queues (waits at most a few ms); nothing while
+        any queue is full."""
+        if any(len(q) >= self._queue_cap for q in self.queues.values()):
+            return
         if not self._connect():
             return
         try:
@@ -190,6 +201,7 @@ class BaseKafkaClient(abc.ABC):
                 self.positions[p] = self._fetched[p] = pos
 
     def take(self, partition: int, max_records: int) -> list[Record]:
+        self._queue_cap = max(MAX_QUEUED_RECORDS, 4 * max_records)
         q = self.queues[partition]
         if not q:
             self.fill(max(max_records, 500) * len(self._partitions))

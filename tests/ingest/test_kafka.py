@@ -128,6 +128,39 @@ def test_partitions_resume_at_their_start_offsets_measure_lag_and_commit(kafka_b
             p.close()
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_busy_partition_beside_an_idle_one_queues_a_bounded_number_of_records(kafka_broker, client, monkeypatch):
+    """Each round takes a little from the busy partition and asks the idle one, whose empty queue makes the
+    client fetch: without a bound the busy partition's queue grows by a fetch every round (400k records
+    after 200 rounds, measured). With it nothing is fetched while a queue is full, and the busy
+    partition still hands out every record once, in order."""
+    import ingest.sources.kafka as kafka_source
+
+    monkeypatch.setattr(kafka_source, "MAX_QUEUED_RECORDS", 1500)
+    topic = kafka_broker.topic()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=20)
+    for i in range(12_000):
+        producer.send(topic, value=b"%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    busy, idle = open_kafka(kafka_broker, topic, client, {})
+    got, deepest = [], 0
+    try:
+        deadline = time.monotonic() + 90
+        while busy.position() < 12_000 and time.monotonic() < deadline:
+            assert idle.next_batch(100) == []
+            got.extend(r.offset for r in busy.next_batch(100))
+            deepest = max(deepest, len(busy.client.queues[0]))
+    finally:
+        busy.close()
+    assert got == list(range(12_000))
+    # Full at 1,500; one fill past it brings at most max(100, 500) * 2 partitions more.
+    assert deepest <= 1500 + 1000, deepest
+
+
 def test_a_broker_outage_disconnects_both_clients_and_they_resume_without_loss(kafka_broker):
     """One outage for both clients side by side (a broker restart is the slow part of this test)."""
     topic = kafka_broker.topic()
