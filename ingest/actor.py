@@ -110,6 +110,7 @@ class IngestActor:
             "connected": all(c.connected for c in clients.values()),
             "source_error": next((c.error for c in clients.values() if c.error), None),
             "lag": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.lag.items()},
+            "retention_lost": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.retention_lost.items()},
             "error": self._error,
             "throttled": self._throttle is not None,
             **self.stats,

@@ -73,6 +73,14 @@ def init_ray(settings: Settings) -> None:
     )
 
 
+def _summed(*counts: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, n in c.items():
+            out[k] = out.get(k, 0) + n
+    return out
+
+
 def alive_nodes() -> int:
     return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
 
@@ -109,6 +117,7 @@ class Pipeline:
         self.fatal_error: str | None = None
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
+        self._lost_before: dict[str, int] = {}  # retention_lost of the actors before the last relaunch
         self._lock: DataDirLock | None = None
         self.sizing: dict = {}
         budget = self.settings.memory_budget
@@ -280,6 +289,7 @@ class Pipeline:
 
     def _relaunch_locked(self, why: str) -> None:
         self.recoveries += 1
+        self._lost_before = dict(self._status.get("retention_lost", self._lost_before))  # the old actors' count
         log.error("pipeline lost (%s); relaunching from the newest checkpoint (recovery %d)", why, self.recoveries)
         self._status = {**self._status, "status": "degraded", "ingest": "recovering", "error": why}
         self._teardown()
@@ -407,6 +417,8 @@ class Pipeline:
             "ingest": state,
             "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),
             "lag": {p: n for i in ingest for p, n in i["lag"].items()},
+            # Records retention deleted before they were read, per partition, since this service started.
+            "retention_lost": _summed(self._lost_before, *(i["retention_lost"] for i in ingest)),
             "records": sum(i["records"] for i in ingest),
             "dead_letters": sum(i["dead_letters"] for i in ingest),
             "positions": {p: o for i in ingest for p, o in i["positions"].items()},

@@ -78,6 +78,9 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "enable.partition.eof": False,
                 # librdkafka's default too, stated: never the records of aborted transactions.
                 "isolation.level": "read_committed",
+                # Never a silent jump to the log end: an offset out of range is an errored message,
+                # and _poll handles it.
+                "auto.offset.reset": "error",
                 "socket.timeout.ms": REQUEST_TIMEOUT_MS,
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
@@ -115,7 +118,9 @@ class ConfluentKafkaClient(BaseKafkaClient):
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.code() == KafkaError._AUTO_OFFSET_RESET and m.partition() in self.queues:
+                    self._out_of_range(m.partition())
+                elif err.code() != KafkaError._PARTITION_EOF:
                     self._down(KafkaException(err))
                 continue
             p = m.partition()
@@ -140,6 +145,15 @@ class ConfluentKafkaClient(BaseKafkaClient):
         failed = [tp for tp in done or [] if tp.error is not None]
         if failed:
             raise KafkaException(failed[0].error)
+
+    def _watermarks_of(self, partition: int) -> tuple[int, int]:
+        return self._watermarks(self._consumer, partition)
+
+    def _seek(self, partition: int, offset: int) -> None:
+        # A partition whose fetch failed out of range is in an error state that seek() refuses
+        # ("Erroneous state"); assigning anew does it. Every partition restarts at the offset after
+        # its queued records, so nothing queued is fetched twice and nothing prefetched is lost.
+        self._consumer.assign([self._tp(p, offset if p == partition else self._fetched[p]) for p in self._partitions])
 
     def _close(self) -> None:
         self._consumer.close()

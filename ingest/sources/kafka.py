@@ -14,6 +14,15 @@ records) are stepped over when a partition has nothing queued: its position
 moves to the consumer's own, so the epoch vector and the lag reach the last
 stable offset instead of stopping one marker short of it.
 
+Neither client ever jumps to the log end by itself (``auto_offset_reset`` is
+off). A position below a partition's log start, at start-up or mid-stream
+(retention deleted records before they were read), moves up to the log start:
+the records in between are lost, logged and counted (``retention_lost``, in
+``/health``). A position above the log end means the log lost records this
+history already applied (an unclean leader election, a topic deleted and
+re-created): that raises :class:`~ingest.exceptions.SourceError`, the pipeline
+relaunches, and its launch check stops the service with the operator action.
+
 A broker that is unreachable, at start or mid-stream, is retried with capped
 exponential backoff; meanwhile the partitions hand out nothing and report
 ``connected == False``. Both clients resume fetching where they were.
@@ -73,6 +82,7 @@ class BaseKafkaClient(abc.ABC):
         self._next_try = 0.0
         self._next_probe = 0.0
         self._committed: dict[int, int] = {}
+        self.retention_lost: dict[int, int] = {}  # records deleted by retention before they were read
         self._queue_cap = MAX_QUEUED_RECORDS
 
     # -- what a client library provides --------------------------------------------------
@@ -103,6 +113,14 @@ class BaseKafkaClient(abc.ABC):
         """Commit ``offsets`` (the first offset not applied, per partition) to the group, synchronously."""
 
     @abc.abstractmethod
+    def _watermarks_of(self, partition: int) -> tuple[int, int]:
+        """(log start, log end) of ``partition``, from the broker."""
+
+    @abc.abstractmethod
+    def _seek(self, partition: int, offset: int) -> None:
+        """Fetch ``partition`` from ``offset`` on."""
+
+    @abc.abstractmethod
     def _close(self) -> None:
         """Close the consumer."""
 
@@ -114,14 +132,36 @@ class BaseKafkaClient(abc.ABC):
         for p in self._partitions:
             begin = log_starts[p]
             if self.positions[p] < begin:
-                log.error(
-                    "%s:%d: offsets %d..%d were deleted by retention before they were applied; they are lost",
-                    self.topic, p, self.positions[p], begin - 1,
-                )
+                self._lost(p, self.positions[p], begin)
                 self.positions[p] = begin
             self._fetched[p] = self.positions[p]
             self.queues[p].clear()
         return dict(self.positions)
+
+    def _lost(self, p: int, first: int, begin: int) -> None:
+        log.error(
+            "%s:%d: offsets %d..%d were deleted by retention before they were read; they are lost "
+            "(a longer retention.ms on the topic, or a faster pipeline, keeps them)", self.topic, p, first, begin - 1,
+        )
+        self.retention_lost[p] = self.retention_lost.get(p, 0) + begin - first
+
+    def _out_of_range(self, p: int) -> None:
+        """The broker has no record at the next offset to fetch: retention passed it, or the log is shorter."""
+        from ingest.exceptions import SourceError
+
+        begin, end = self._watermarks_of(p)
+        at = self._fetched[p]
+        if at > end:
+            raise SourceError(
+                f"{self.topic}:{p} ends at offset {end}, below offset {at} that was already read: the log lost records "
+                f"(an unclean leader election, or the topic deleted and re-created)"
+            )
+        if at < begin:
+            self._lost(p, at, begin)
+            self._fetched[p] = begin
+            if not self.queues[p]:
+                self.positions[p] = begin
+        self._seek(p, self._fetched[p])
 
     def _connect(self) -> bool:
         if self._consumer is not None:
@@ -251,6 +291,8 @@ class KafkaClient(BaseKafkaClient):
             client_id=f"pulsegraph-{self.topic}",
             # Never the records of aborted transactions (kafka-python's default is read_uncommitted).
             isolation_level="read_committed",
+            # Never a silent jump to the log end: an offset out of range raises, and _poll handles it.
+            auto_offset_reset="none",
         )
         try:
             tps = self._tps()
@@ -264,7 +306,14 @@ class KafkaClient(BaseKafkaClient):
         return consumer
 
     def _poll(self, max_records: int) -> dict[int, list[Record]]:
-        batch = self._consumer.poll(timeout_ms=int(POLL_TIMEOUT_S * 1000), max_records=max_records)
+        from kafka.errors import OffsetOutOfRangeError
+
+        try:
+            batch = self._consumer.poll(timeout_ms=int(POLL_TIMEOUT_S * 1000), max_records=max_records)
+        except OffsetOutOfRangeError as exc:
+            for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}):
+                self._out_of_range(tp.partition)
+            return {}
         return {
             tp.partition: [Record(r.offset, r.value if r.value is not None else b"") for r in recs]
             for tp, recs in batch.items() if recs
@@ -281,6 +330,17 @@ class KafkaClient(BaseKafkaClient):
         from kafka.structs import OffsetAndMetadata
 
         self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+
+    def _watermarks_of(self, partition: int) -> tuple[int, int]:
+        from kafka import TopicPartition
+
+        tp = TopicPartition(self.topic, partition)
+        return int(self._consumer.beginning_offsets([tp])[tp]), int(self._consumer.end_offsets([tp])[tp])
+
+    def _seek(self, partition: int, offset: int) -> None:
+        from kafka import TopicPartition
+
+        self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
     def _close(self) -> None:
         self._consumer.close()

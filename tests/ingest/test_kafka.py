@@ -161,6 +161,43 @@ def test_a_busy_partition_beside_an_idle_one_queues_a_bounded_number_of_records(
     assert deepest <= 1500 + 1000, deepest
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_records_deleted_by_retention_mid_stream_are_counted_lost_never_a_jump_to_the_end(kafka_broker, client):
+    """Retention deletes records the client has not fetched yet (it is behind: its prefetch is bounded):
+    the client moves to the log start, counts what it lost, and hands out everything after it; it
+    never jumps to the log end as auto_offset_reset=latest would."""
+    topic = kafka_broker.topic()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=50, batch_size=1 << 20)
+    pad = b"x" * 1200
+    for i in range(25_000):  # 30 MB: more than either client prefetches (librdkafka's queue is 16 MB here)
+        producer.send(topic, value=b"%d " % i + pad, partition=0)
+    producer.flush()
+    [part] = open_kafka(kafka_broker, topic, client, {}, partitions=1)
+    try:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            got.extend(r.offset for r in part.next_batch(100))
+        admin.delete_records({TopicPartition(topic, 0): 22_000})
+        for i in range(25_000, 25_500):
+            producer.send(topic, value=b"%d " % i + pad, partition=0)
+        producer.flush()
+        deadline = time.monotonic() + 60
+        while part.position() < 25_500 and time.monotonic() < deadline:
+            got.extend(r.offset for r in part.next_batch(500))
+    finally:
+        part.close()
+        producer.close()
+        admin.close()
+    assert part.position() == 25_500
+    jump = next(i for i in range(1, len(got)) if got[i] != got[i - 1] + 1)
+    assert got[:jump] == list(range(jump)) and got[jump:] == list(range(22_000, 25_500))
+    assert part.client.retention_lost == {0: 22_000 - jump}
+    assert 100 <= jump < 22_000
+
+
 def test_a_broker_outage_disconnects_both_clients_and_they_resume_without_loss(kafka_broker):
     """One outage for both clients side by side (a broker restart is the slow part of this test)."""
     topic = kafka_broker.topic()
