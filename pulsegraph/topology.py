@@ -25,7 +25,9 @@ from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
+from ingest.sources.kafka import TopicInfo, describe_topic, partition_number
 from pulsegraph.errors import PipelineError, PulsegraphError
+from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.settings import Settings
@@ -53,6 +55,8 @@ STATUS_TIMEOUT_S = 30.0
 # Wait before relaunching a lost pipeline, doubling while relaunches keep failing.
 RELAUNCH_BACKOFF_S = 0.5
 RELAUNCH_BACKOFF_MAX_S = 30.0
+# How often the Kafka topic is described again: partitions added are picked up within this.
+TOPIC_CHECK_S = 10.0
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 
@@ -117,7 +121,9 @@ class Pipeline:
         self.fatal_error: str | None = None
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
-        self._lost_before: dict[str, int] = {}  # retention_lost of the actors before the last relaunch
+        self._lost_before: dict[str, int] = {}
+        self._topic: TopicInfo | None = None  # the Kafka topic as the actors were launched for it
+        self._next_topic_check = 0.0  # retention_lost of the actors before the last relaunch
         self._lock: DataDirLock | None = None
         self.sizing: dict = {}
         budget = self.settings.memory_budget
@@ -201,24 +207,43 @@ class Pipeline:
             return None, {"epoch": 0, "vector": {}, "valid": {}, "replay": entries}
         return None, None
 
-    def _check_source(self, resume: dict | None, partitions: list[str]) -> None:
-        """Refuse to resume a history whose partitions this source does not have: it would wait forever."""
+    def _check_source(self, resume: dict | None, partitions: list[str], topic: TopicInfo | None) -> None:
+        """Refuse to resume a history this source cannot continue: another source (see
+        :mod:`pulsegraph.identity`), partitions it does not have (it would wait forever), or a Kafka
+        partition that now ends below offsets the history applied (records lost to an unclean leader
+        election: the new records that take their offsets would be skipped)."""
+        s = self.settings
+        check_source_identity(s.data_dir, source_identity(s, topic), has_history=resume is not None)
         known = set(resume["vector"]) | {p for e in resume["replay"] for p in e["vector"]} if resume else set()
         missing = sorted(known - set(partitions))
         if missing:
             raise PipelineError(
-                f"{self.settings.data_dir} holds the history of other partitions ({', '.join(missing[:4])}) than this "
+                f"{s.data_dir} holds the history of other partitions ({', '.join(missing[:4])}) than this "
                 f"source has. Operator action: run with the settings that wrote it, or use another --data-dir."
             )
+        if topic is None or resume is None:
+            return
+        newest = resume["replay"][-1]["vector"] if resume["replay"] else resume["vector"]
+        for name, offset in sorted(newest.items()):
+            if name.startswith(f"{s.topic}:") and offset > topic.ends.get(partition_number(name), 0):
+                raise PipelineError(
+                    f"Kafka partition {name} ends at offset {topic.ends.get(partition_number(name), 0)}, below offset "
+                    f"{offset} that {s.data_dir}'s history already applied: the log lost records (an unclean leader "
+                    f"election, or the topic truncated), and new records would take their offsets unseen. Operator "
+                    f"action: restore the topic, or move {s.data_dir} aside to start anew from the topic as it is."
+                )
 
     def _launch(self) -> None:
         """Create every actor, from the newest checkpoint when there is one, and start them."""
         s = self.settings
         spec = self.spec
+        topic = None
         if s.source == "kafka":
-            spec = dataclasses.replace(spec, partitions=self._kafka_partitions())
+            topic = self._kafka_topic()
+            spec = dataclasses.replace(spec, partitions=topic.partitions)
+            self._topic = topic
         manifest, resume = self._recovery()
-        self._check_source(resume, spec.partition_names())
+        self._check_source(resume, spec.partition_names(), topic)
         nodes = alive_nodes()
         # Sized from the cluster when not given: shards hold the graph (2 per node keeps every
         # core busy applying), ingest actors read (2 per node, never more than the partitions: an
@@ -297,17 +322,16 @@ class Pipeline:
         if self.feed is not None:
             self.feed.compute = self.compute
 
-    def _kafka_partitions(self) -> int:
-        """The topic's partition count; waits (reporting "disconnected") while the broker is unreachable."""
+    def _kafka_topic(self) -> TopicInfo:
+        """The broker's description of the topic; waits (reporting "disconnected") while the broker is unreachable."""
         from kafka.errors import KafkaError
 
         from ingest.exceptions import SourceError
-        from ingest.sources.kafka import topic_partitions
 
         delay = 0.5
         while True:
             try:
-                return topic_partitions(str(self.settings.bootstrap), str(self.settings.topic))
+                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic))
             except (KafkaError, SourceError) as exc:
                 # Unreachable, or the topic is not there yet (a producer may be about to create it).
                 state = "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
@@ -341,6 +365,7 @@ class Pipeline:
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
                 log.exception("pipeline status poll failed")
                 continue
+            lost = lost or self._topic_changed()
             if not lost:
                 backoff = RELAUNCH_BACKOFF_S
                 continue
@@ -361,9 +386,32 @@ class Pipeline:
     def _give_up(self, why: str) -> None:
         """Stop for good with ``why`` in /health and the log; the service exits (see :attr:`fatal`)."""
         log.error("the pipeline cannot recover by itself and stops: %s", why)
+        if self.feed is not None:
+            self.feed.stop()  # its actor is gone; the retained epochs stay served until the service exits
         self._status = {**self._status, "status": "failed", "ingest": "stopped", "error": why}
         self.fatal_error = why
         self.fatal.set()
+
+    def _topic_changed(self) -> str | None:
+        """Every TOPIC_CHECK_S: why the Kafka topic is not the one the actors were launched for (partitions
+        added, or the topic re-created), or None. A relaunch picks up new partitions from their first
+        offset, with their entries in the epoch vector; the launch check stops a re-created topic."""
+        if self._topic is None or time.monotonic() < self._next_topic_check:
+            return None
+        self._next_topic_check = time.monotonic() + TOPIC_CHECK_S
+        from kafka.errors import KafkaError
+
+        from ingest.exceptions import SourceError
+
+        try:
+            now = describe_topic(str(self.settings.bootstrap), str(self.settings.topic))
+        except (KafkaError, SourceError):
+            return None  # unreachable, or the topic is gone for now: the ingest actors report that
+        if now.topic_id != self._topic.topic_id:
+            return f"Kafka topic {self.settings.topic} was re-created (id {self._topic.topic_id}, now {now.topic_id})"
+        if now.partitions > self._topic.partitions:
+            return f"Kafka topic {self.settings.topic} grew from {self._topic.partitions} to {now.partitions} partitions"
+        return None
 
     def measure_memory(self) -> int:
         """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""

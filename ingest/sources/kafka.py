@@ -40,6 +40,7 @@ import abc
 import collections
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ingest.sources.base import Record, SourcePartition
@@ -368,20 +369,42 @@ def partition_number(name: str) -> int:
     return int(name.rsplit(":", 1)[1])
 
 
-def topic_partitions(bootstrap: str, topic: str) -> int:
-    """How many partitions ``topic`` has. Raises SourceError if it does not exist, KafkaError if unreachable."""
-    from kafka import KafkaConsumer
+@dataclass(frozen=True)
+class TopicInfo:
+    """What the broker says of a topic: its partitions, its id (a re-created topic has a new one) and
+    each partition's log end (the high watermark)."""
+
+    partitions: int
+    topic_id: str | None
+    ends: dict[int, int]
+
+
+def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
+    """The broker's :class:`TopicInfo` of ``topic``. Raises SourceError if it does not exist, KafkaError if unreachable."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import UnknownTopicOrPartitionError
 
     from ingest.exceptions import SourceError
 
+    missing = SourceError(
+        f"Kafka topic {topic!r} does not exist at {bootstrap}. "
+        f"Operator action: create it (pulsegraph produce --partitions P creates it) or fix --topic."
+    )
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        [meta] = admin.describe_topics([topic])
+    except UnknownTopicOrPartitionError:
+        raise missing from None
+    finally:
+        admin.close()
+    if meta.get("error_code") or not meta.get("partitions"):
+        raise missing
+    numbers = sorted(int(p["partition_index"]) for p in meta["partitions"])
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
     try:
-        parts = consumer.partitions_for_topic(topic)
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in numbers])
     finally:
         consumer.close()
-    if not parts:
-        raise SourceError(
-            f"Kafka topic {topic!r} does not exist at {bootstrap}. "
-            f"Operator action: create it (pulsegraph produce --partitions P creates it) or fix --topic."
-        )
-    return len(parts)
+    topic_id = meta.get("topic_id")
+    return TopicInfo(len(numbers), str(topic_id) if topic_id else None, {tp.partition: int(o) for tp, o in ends.items()})
