@@ -1,6 +1,7 @@
 """The compute stage's whole-graph view, merged from the shards' epoch deltas.
 
-Owns the global vertex ids (dense, append-only, in order of first appearance)
+Owns the global vertex ids (dense, append-only; epoch by epoch, the vertices an
+epoch adds in name order, so independent of the shard count and the batching)
 and one column set per shard indexed by the shard's edge slot, so a delta is
 applied with a few scatter writes and no search. It builds the CSR matrices the
 algorithms run on. It must not reach back into shards: deltas are all it sees.
@@ -125,9 +126,14 @@ class GlobalGraph:
             se = self._shards.setdefault(sh, _ShardEdges())
             se.grow(int(sl.max()) + 1)
             before[sh] = se.state(sl)
-        # Epoch by epoch, shards in order: global ids follow first appearance in that order, so they
-        # are the same however the epochs were batched (the API keeps them across relaunches).
+        # Epoch by epoch, the vertices new in an epoch in name order: global ids are a pure function of
+        # the epoch vectors, the same however the epochs were batched, however many shards cut them and
+        # in every generation of the pipeline (the API keeps them across relaunches and restarts).
         for deltas in epochs:
+            index = self.index
+            for name in sorted({n for d in deltas for n in d.new_names if n not in index}):
+                index[name] = len(self.names)
+                self.names.append(name)
             for d in sorted(deltas, key=lambda d: d.shard):
                 self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d)
         changes = []

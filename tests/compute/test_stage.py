@@ -70,3 +70,19 @@ def test_an_epoch_that_does_not_follow_is_refused():
     stage.apply(epochs[:2])
     with pytest.raises(ValueError, match="epoch 2 after epoch 2"):
         stage.apply([epochs[1]])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_global_ids_do_not_depend_on_the_shard_count(seed):
+    """Issue 11.7: a relaunch on fewer nodes, or a restart with another --shards and no checkpoint,
+    cuts the same epochs with other shards; the API keeps the names it has and appends. So the ids
+    must be a function of the epochs alone: the same names in the same order, epoch by epoch."""
+    orders = {}
+    for shards in (1, 2, 3, 5):
+        stage = ComputeStage(("mentions",))
+        seen = []
+        for e in sealed(seed, shards):
+            stage.apply([e])
+            seen.append(list(stage.graph.names))
+        orders[shards] = seen
+    assert orders[2] == orders[1] and orders[3] == orders[1] and orders[5] == orders[1]

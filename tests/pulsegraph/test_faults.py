@@ -96,3 +96,32 @@ def test_an_epoch_log_that_is_not_one_history_stops_the_service_with_the_operato
     )
     assert out.returncode == 1, out.stdout
     assert "line 3" in out.stdout and "Operator action" in out.stdout, out.stdout[-2000:]
+
+
+def test_a_relaunch_with_other_shards_and_no_checkpoint_pairs_every_score_with_its_vertex(ray_cluster, tmp_path):
+    """A relaunch before the first checkpoint on a cluster that lost or gained a node cuts the logged
+    epochs again with another shard count (2 per node), while the API keeps the names it has and appends
+    what the compute stage sends after them. (The node count is stood in for by the shard setting the
+    relaunch reads.) Degrees read by name through the API's ids must be the reference's."""
+    lines = edge_lines(2400, seed=23, vertices=400)
+    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
+    settings = Settings(
+        source="file", path=tmp_path / "events.jsonl", data_dir=tmp_path / "data", epoch_interval="50ms",
+        checkpoint_every=100_000, rate=2000, shards=2, batch_size=40,
+    )
+    p = Pipeline(settings).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 800, timeout=60)
+        p.settings = settings.model_copy(update={"shards": 3})
+        ray.kill(p.shards[0], no_restart=True)
+        view = p.wait_for_epoch(lambda v: relaunched(p, 1) and v.result.vector.get("file:0") == len(lines), timeout=120)
+        assert p.sizing["shards"] == 3
+        want = reference(records, view.result.vector)
+        out_deg = {n: 0 for n in want["vertices"]}
+        for (s, _, _), (m, _) in want["edges"].items():
+            out_deg[s] += m > 0
+        r = view.result
+        assert len(p.store.names) == len(out_deg)
+        assert {n: int(r.out_degree[p.store.index[n]]) for n in out_deg} == out_deg
+    finally:
+        p.stop()
