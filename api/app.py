@@ -53,7 +53,7 @@ from api.models import (
     Vertex,
 )
 from api.paths import DEFAULT_PATH_BFS_BUDGET, find_path
-from api.store import TOP_CACHE, EpochView, ResultStore
+from api.store import TOP_CACHE, EpochView, ResultStore, mover_items
 from api.stream import Broadcaster, sse_frame
 from ingest.events import WEIGHT_SCALE
 
@@ -582,24 +582,8 @@ def create_app(
         if from_e >= to_e:
             raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
         a = view_with(from_e, algo)
-        n = min(len(a.ranks[algo]), len(b.ranks[algo]))
-        r1, r2 = a.ranks[algo][:n].astype(np.int64), b.ranks[algo][:n].astype(np.int64)
-        change = r1 - r2
-        scores = b.result.scores[algo]
-        names = store.names
-
-        def pick(sign: int) -> list[dict]:
-            c = change * sign
-            cand = np.flatnonzero(c > 0)
-            if len(cand) > k:
-                cand = cand[np.argpartition(-c[cand], k - 1)[:k]]
-            cand = cand[np.lexsort((r2[cand], -c[cand]))]
-            return [
-                {"vertex": names[v], "from_rank": int(r1[v]), "to_rank": int(r2[v]), "change": int(change[v]), "score": float(scores[v])}
-                for v in cand.tolist()
-            ]
-
-        return JSON({"algo": algo, "from": from_e, "to": to_e, "rising": pick(1), "falling": pick(-1)})
+        rising, falling = mover_items(a.ranks[algo], b.ranks[algo], b.result.scores[algo], store.names, k)
+        return JSON({"algo": algo, "from": from_e, "to": to_e, "rising": rising, "falling": falling})
 
     @app.get("/v1/search", response_model=SearchResult, dependencies=reads, responses=_errors(404, *read_errors))
     async def search(
