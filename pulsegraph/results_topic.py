@@ -314,8 +314,8 @@ class ResultPublisher:
                 raise ResultsError(f"cannot create the results topic {self.topic}: {exc}") from exc
 
     def _raise_if_fenced(self, exc: Exception) -> None:
-        err = exc.args[0] if exc.args else None
-        name = err.name() if hasattr(err, "name") else ""
+        err: Any = exc.args[0] if exc.args else None
+        name = err.name() if err is not None and hasattr(err, "name") else ""
         if name in _FENCED:
             raise _Fenced(
                 f"results topic {self.topic}: another service publishes with transactional.id {self.transactional_id} "
@@ -433,10 +433,11 @@ def read_last_committed(bootstrap: str, topic: str, transactional_id: str, timeo
                 msg = c.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                failure = msg.error()
+                if failure is not None:
+                    if failure.code() == KafkaError._PARTITION_EOF:
                         break
-                    raise KafkaException(msg.error())
+                    raise KafkaException(failure)
                 key = (msg.key() or b"").decode(errors="replace")
                 if not key.isdigit():
                     raise ResultsError(
@@ -444,7 +445,7 @@ def read_last_committed(bootstrap: str, topic: str, transactional_id: str, timeo
                         f"number: it is not a pulsegraph results topic. Operator action: give another --results-topic"
                     )
                 last = (int(key), msg.value() or b"")
-                if msg.offset() >= high - 1:
+                if (msg.offset() or 0) >= high - 1:
                     break
             else:
                 raise ResultsError(f"results topic {topic}: reading its last records timed out")
