@@ -297,7 +297,13 @@ def create_app(
                 return None  # the route answers the error
             raise
         items = view.top_items(algo, store.names)[:k]
-        return b'{"epoch":%d,"algo":%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), b",".join(items))
+        # The certificate of these k: the epoch's proven error bound, and whether it proves their order.
+        bound = view.result.bound(algo)
+        m = min(view.certified_ranks(algo), len(items))
+        cert = b'"error_bound":%s,"certified":%s,"certified_ranks":%d' % (
+            orjson.dumps(bound), b"true" if bound is not None and m == len(items) else b"false", m,
+        )
+        return b'{"epoch":%d,"algo":%s,%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), cert, b",".join(items))
 
     # ---- dashboard -------------------------------------------------------------------------
     index_html = (STATIC / "index.html").read_bytes() if (STATIC / "index.html").is_file() else b"<h1>pulsegraph</h1>"

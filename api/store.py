@@ -53,6 +53,16 @@ class EpochView:
     previous: "EpochView | None" = None  # the ranked epoch before, while it is retained
     cold: bool = False  # its arrays are memory maps of its archive file
     _top_items: dict[str, list[bytes]] = field(default_factory=dict)
+    _certified: dict[str, int] = field(default_factory=dict)
+
+    def certified_ranks(self, algo: str) -> int:
+        """How many leading ranks of ``algo`` (of the first TOP_CACHE) the epoch's error bound puts in a proven order."""
+        m = self._certified.get(algo)
+        if m is None:
+            ids = np.asarray(self.top[algo])
+            scores = np.asarray(self.result.scores[algo])
+            m = self._certified[algo] = certified_ranks(scores[ids] if len(ids) else np.zeros(0), self.result.bound(algo))
+        return m
 
     def top_items(self, algo: str, names: list[str]) -> list[bytes]:
         """The top of ``algo`` as JSON objects ``{"rank","vertex","score","previous_rank"}``, encoded once."""

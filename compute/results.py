@@ -67,4 +67,6 @@ class EpochResult:
             "committed_at": dt.datetime.fromtimestamp(self.committed_at, dt.timezone.utc).isoformat(),
             "timeliness_ms": dict(self.timeliness_ms),
             "skipped": list(self.skipped),
+            # The proven L1 error of each ranking's scores (what a top-k answer's certificate rests on).
+            "error_bounds": dict(getattr(self, "error_bounds", None) or {}),
         }

@@ -239,3 +239,20 @@ def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_l
     assert m >= 5
     assert [i["vertex"] for i in top][:m] == want[:m]
     assert {i["vertex"] for i in top} == set(want) or not last["bounds"]["pagerank"]["certified"]
+
+
+# -- certificates on the REST answers ----------------------------------------------------------------
+def test_the_top_answer_and_the_epoch_object_carry_the_bound_and_whether_it_certifies_the_order():
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    store = ResultStore()
+    store.add([result(1, {"pagerank": [0.4, 0.3, 0.2999999, 0.0000001]}, {"pagerank": 1e-7})], ["a", "b", "c", "d"])
+    client = TestClient(create_app(store))
+    two = client.get("/v1/rank/top", params={"k": 2}).json()
+    assert two["error_bound"] == 1e-7 and two["certified"] is True and two["certified_ranks"] == 2
+    four = client.get("/v1/rank/top", params={"k": 4}).json()
+    assert four["certified"] is False and four["certified_ranks"] == 2
+    assert [i["vertex"] for i in four["items"]] == ["a", "b", "c", "d"]
+    assert client.get("/v1/epochs/latest").json()["error_bounds"] == {"pagerank": 1e-7}
