@@ -68,6 +68,11 @@ BACKOFF_MAX_S = 10.0
 _FENCED = {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
 FACTS = ("epoch", "vector", "watermark", "records", "vertices", "edges")
 
+# librdkafka's own log: while the transaction coordinator loads (a broker start) it warns several times
+# a millisecond that it retries; this module logs the outages and errors that matter itself.
+_librdkafka_log = logging.getLogger(f"{__name__}.librdkafka")
+_librdkafka_log.setLevel(logging.ERROR)
+
 
 def score_decimals(bound: float | None) -> int | None:
     """Decimal places worth writing for scores within ``bound`` of exact: one digit below the bound's.
@@ -273,7 +278,7 @@ class ResultPublisher:
             "enable.idempotence": True,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5,
-            "logger": logging.getLogger(f"{__name__}.librdkafka"),
+            "logger": _librdkafka_log,
         })
         try:
             # Fences any producer of a service before this one and ends its open transaction, so the
