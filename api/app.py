@@ -53,7 +53,7 @@ from api.models import (
     Vertex,
 )
 from api.paths import DEFAULT_PATH_BFS_BUDGET, find_path
-from api.store import TOP_CACHE, EpochView, ResultStore
+from api.store import TOP_CACHE, EpochView, ResultStore, mover_items
 from api.stream import Broadcaster, sse_frame
 from ingest.events import WEIGHT_SCALE
 
@@ -297,7 +297,13 @@ def create_app(
                 return None  # the route answers the error
             raise
         items = view.top_items(algo, store.names)[:k]
-        return b'{"epoch":%d,"algo":%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), b",".join(items))
+        # The certificate of these k: the epoch's proven error bound, and whether it proves their order.
+        bound = view.result.bound(algo)
+        m = min(view.certified_ranks(algo), len(items))
+        cert = b'"error_bound":%s,"certified":%s,"certified_ranks":%d' % (
+            orjson.dumps(bound), b"true" if bound is not None and m == len(items) else b"false", m,
+        )
+        return b'{"epoch":%d,"algo":%s,%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), cert, b",".join(items))
 
     # ---- dashboard -------------------------------------------------------------------------
     index_html = (STATIC / "index.html").read_bytes() if (STATIC / "index.html").is_file() else b"<h1>pulsegraph</h1>"
@@ -582,24 +588,8 @@ def create_app(
         if from_e >= to_e:
             raise ApiError(f"from ({from_e}) must be an epoch before to ({to_e})", code="bad_range")
         a = view_with(from_e, algo)
-        n = min(len(a.ranks[algo]), len(b.ranks[algo]))
-        r1, r2 = a.ranks[algo][:n].astype(np.int64), b.ranks[algo][:n].astype(np.int64)
-        change = r1 - r2
-        scores = b.result.scores[algo]
-        names = store.names
-
-        def pick(sign: int) -> list[dict]:
-            c = change * sign
-            cand = np.flatnonzero(c > 0)
-            if len(cand) > k:
-                cand = cand[np.argpartition(-c[cand], k - 1)[:k]]
-            cand = cand[np.lexsort((r2[cand], -c[cand]))]
-            return [
-                {"vertex": names[v], "from_rank": int(r1[v]), "to_rank": int(r2[v]), "change": int(change[v]), "score": float(scores[v])}
-                for v in cand.tolist()
-            ]
-
-        return JSON({"algo": algo, "from": from_e, "to": to_e, "rising": pick(1), "falling": pick(-1)})
+        rising, falling = mover_items(a.ranks[algo], b.ranks[algo], b.result.scores[algo], store.names, k)
+        return JSON({"algo": algo, "from": from_e, "to": to_e, "rising": rising, "falling": falling})
 
     @app.get("/v1/search", response_model=SearchResult, dependencies=reads, responses=_errors(404, *read_errors))
     async def search(

@@ -23,6 +23,9 @@ class EpochInfo(BaseModel):
         default_factory=list,
         description="sealed epochs merged into this one without results of their own (ranking had fallen behind the cuts)",
     )
+    error_bounds: dict[str, float] = Field(
+        default_factory=dict, description="per ranking, the L1 error its scores are proven within (empty for epochs archived before bounds were kept)"
+    )
 
 
 class EpochList(BaseModel):
@@ -39,6 +42,11 @@ class RankItem(BaseModel):
 class TopRanking(BaseModel):
     epoch: int
     algo: str
+    error_bound: float | None = Field(
+        None, description="the L1 error the epoch's scores of algo are proven within (each score is within it too); null: not known"
+    )
+    certified: bool = Field(False, description="the bound proves the order of these items: every gap between neighbours exceeds twice it")
+    certified_ranks: int = Field(0, description="how many leading items are in a proven order")
     items: list[RankItem]
 
 

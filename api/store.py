@@ -53,6 +53,16 @@ class EpochView:
     previous: "EpochView | None" = None  # the ranked epoch before, while it is retained
     cold: bool = False  # its arrays are memory maps of its archive file
     _top_items: dict[str, list[bytes]] = field(default_factory=dict)
+    _certified: dict[str, int] = field(default_factory=dict)
+
+    def certified_ranks(self, algo: str) -> int:
+        """How many leading ranks of ``algo`` (of the first TOP_CACHE) the epoch's error bound puts in a proven order."""
+        m = self._certified.get(algo)
+        if m is None:
+            ids = np.asarray(self.top[algo])
+            scores = np.asarray(self.result.scores[algo])
+            m = self._certified[algo] = certified_ranks(scores[ids] if len(ids) else np.zeros(0), self.result.bound(algo))
+        return m
 
     def top_items(self, algo: str, names: list[str]) -> list[bytes]:
         """The top of ``algo`` as JSON objects ``{"rank","vertex","score","previous_rank"}``, encoded once."""
@@ -90,6 +100,49 @@ def top_of(ranks: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     best = np.argpartition(ranks, k - 1)[:k] if k < len(ranks) else np.arange(len(ranks))
     return best[np.argsort(ranks[best])]
+
+
+def certified_ranks(scores_best_first: np.ndarray, bound: float | None) -> int:
+    """How many leading ranks of a ranking are in a proven order: every score is within ``bound`` of its
+    exact value (an L1 bound bounds each entry too), so two neighbours whose scores differ by more than
+    twice it are in the exact order. The first ``m`` ranks are certified when each of their ``m - 1`` gaps
+    is; with no bound, none is."""
+    s = np.asarray(scores_best_first, dtype=np.float64)
+    if bound is None or not len(s):
+        return 0
+    weak = np.flatnonzero((s[:-1] - s[1:]) <= 2.0 * bound)
+    return int(weak[0]) + 1 if len(weak) else len(s)
+
+
+def movers_of(from_ranks: np.ndarray, to_ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rising ids, falling ids, change per id) between two epochs' 1-based ranks, over the vertices both
+    hold: at most ``k`` each, most places moved first, ties by the newer rank (so the answer is stable)."""
+    n = min(len(from_ranks), len(to_ranks))
+    r1, r2 = np.asarray(from_ranks)[:n].astype(np.int64), np.asarray(to_ranks)[:n].astype(np.int64)
+    change = r1 - r2
+
+    def pick(sign: int) -> np.ndarray:
+        c = change * sign
+        cand = np.flatnonzero(c > 0)
+        if len(cand) > k:
+            cand = cand[np.argpartition(-c[cand], k - 1)[:k]]
+        return cand[np.lexsort((r2[cand], -c[cand]))]
+
+    return pick(1), pick(-1), change
+
+
+def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: list[str], k: int) -> tuple[list[dict], list[dict]]:
+    """The movers form ``{"vertex", "from_rank", "to_rank", "change", "score"}`` of :func:`movers_of`
+    (``score``: in the newer epoch), rising and falling; /v1/movers and the results topic answer it."""
+    rising, falling, change = movers_of(from_ranks, to_ranks, k)
+
+    def items(ids: np.ndarray) -> list[dict]:
+        return [
+            {"vertex": names[v], "from_rank": int(from_ranks[v]), "to_rank": int(to_ranks[v]), "change": int(change[v]), "score": float(scores[v])}
+            for v in ids.tolist()
+        ]
+
+    return items(rising), items(falling)
 
 
 class ResultStore:
@@ -256,6 +309,11 @@ class ResultStore:
                     break
                 out.append(v)
             return out
+
+    def epoch_numbers(self, after: int = 0) -> list[int]:
+        """The retained (ranked) epochs above ``after``, oldest first."""
+        with self._lock:
+            return [e for e in self._epochs if e > after]
 
     def retained(self) -> int:
         with self._lock:

@@ -11,6 +11,7 @@ CuPy/NumPy/SciPy can run it (bench/gpu_check.sh does).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -27,6 +28,15 @@ log = logging.getLogger(__name__)
 
 # float32 carries 7 digits; summed over a million ranks, errors below ~1e-5 L1 are rounding, not convergence.
 FLOAT32_TOL = 1e-5
+
+
+def ceil_significant(x: float, digits: int = 2) -> float:
+    """``x`` rounded up to ``digits`` significant digits: still a bound, and one that two solves of the same
+    graph (whose sums differ in their last digits) state alike."""
+    if x <= 0 or not math.isfinite(x):
+        return x
+    scale = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.ceil(x / scale * (1 - 1e-12)) * scale:.{digits}g}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,19 @@ class RankEngine:
 
     def scores(self, name: str):
         return self.algorithms[name].scores()
+
+    def error_bounds(self, scores: dict[str, np.ndarray]) -> dict[str, float]:
+        """The L1 error each ranking's host scores are proven within: what the stopping rule guarantees,
+        a function of the tolerance (and, for TunkRank, of the scores' sum) only, so that an epoch ranked
+        again after a recovery states the same bound (up to the sum's last digits)."""
+        tol = self.config.tol
+        out = {}
+        for name, s in scores.items():
+            if name == "pagerank":
+                out[name] = tol  # the published ranks sum to 1 and are within tol (L1) of PageRank
+            elif name == "tunkrank":  # within tol times the scores' sum, and at most tol below a sum of 1
+                out[name] = ceil_significant(tol * max(float(np.sum(s)), 1.0))
+        return out
 
     def host_scores(self) -> dict[str, np.ndarray]:
         """The one copy to the host, when an epoch is published."""

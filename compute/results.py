@@ -48,6 +48,13 @@ class EpochResult:
     # Sealed epochs merged into this one without results of their own (the compute stage had
     # fallen behind the cuts and ranked the newest): the API serves none of them.
     skipped: list[int] = field(default_factory=list)
+    # Per ranking, the L1 distance of ``scores`` from the exact solution that the solver's stopping rule
+    # proves (see compute.pagerank / compute.tunkrank); a score is then within it of its exact value too.
+    error_bounds: dict[str, float] = field(default_factory=dict)
+
+    def bound(self, algo: str) -> float | None:
+        """The proven L1 error bound of ``algo``'s scores; None for an epoch archived before bounds were kept."""
+        return (getattr(self, "error_bounds", None) or {}).get(algo)
 
     def info(self) -> dict:
         """The epoch object of the API contract."""
@@ -60,4 +67,6 @@ class EpochResult:
             "committed_at": dt.datetime.fromtimestamp(self.committed_at, dt.timezone.utc).isoformat(),
             "timeliness_ms": dict(self.timeliness_ms),
             "skipped": list(self.skipped),
+            # The proven L1 error of each ranking's scores (what a top-k answer's certificate rests on).
+            "error_bounds": dict(getattr(self, "error_bounds", None) or {}),
         }

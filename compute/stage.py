@@ -91,6 +91,7 @@ class ComputeStage:
             apps=apps,
             apps_ms=dict(self.apps.ms),
             skipped=[e.info["epoch"] for e in epochs[:-1]],
+            error_bounds=self.engine.error_bounds(scores),
         )
 
     def checkpoint_state(self) -> dict:

@@ -17,3 +17,7 @@ class PipelineError(PulsegraphError):
 
 class ProduceError(PulsegraphError):
     """``pulsegraph produce`` cannot set up or reach its topic."""
+
+
+class ResultsError(PulsegraphError):
+    """The results topic (``--results-topic``) cannot be reached, set up or trusted."""

@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     kafka_client: Literal["kafka-python", "confluent"] = Field(
         "confluent", description="the Kafka client library of --source kafka: confluent (librdkafka) or kafka-python"
     )
+    results_topic: str | None = Field(
+        None, description="publish each ranked epoch to this Kafka topic, once, in a transaction, keyed by its number (created with 1 partition if missing)"
+    )
+    results_bootstrap: str | None = Field(
+        None, description="Kafka bootstrap servers of --results-topic (default: --bootstrap of --source kafka; required with another source)"
+    )
+    results_k: int = Field(100, ge=1, le=1000, description="how many of each ranking a --results-topic record holds (the top k)")
     transform: str | None = Field(None, description="record -> updates: edges, tweets, or your own as package.module:NAME (default: tweets for synthetic, edges for file)")
     rate: float | None = Field(None, ge=0, description="events/s to read; 0 means as fast as the pipeline takes them (default: 1000 for synthetic, unbounded for file)")
     limit: int | None = Field(None, ge=0, description="stop the source after this many records")
@@ -137,6 +144,13 @@ class Settings(BaseSettings):
             raise ValueError("--source file needs --path FILE")
         if self.source == "kafka" and not (self.bootstrap and self.topic):
             raise ValueError("--source kafka needs --bootstrap HOST:PORT and --topic TOPIC")
+        if self.results_topic is not None and not self.results_brokers:
+            raise ValueError(
+                "--results-topic needs a Kafka cluster: give --results-bootstrap HOST:PORT "
+                "(or use --source kafka, whose --bootstrap it then shares)"
+            )
+        if self.results_bootstrap is not None and self.results_topic is None:
+            raise ValueError("--results-bootstrap is the cluster of --results-topic: give --results-topic TOPIC too")
         if self.transform is not None:
             try:
                 get_transform(self.transform)
@@ -173,6 +187,20 @@ class Settings(BaseSettings):
         except OSError as exc:
             raise ValueError(f"cannot read --api-token-file: {exc}") from None
         return lines[0].strip() if lines else ""
+
+    @property
+    def results_brokers(self) -> str | None:
+        """Where --results-topic lives: its own --results-bootstrap, else the Kafka source's cluster."""
+        if self.results_bootstrap:
+            return self.results_bootstrap
+        return self.bootstrap if self.source == "kafka" else None
+
+    @property
+    def results_transactional_id(self) -> str:
+        """The results producer's transactional.id: from the consumer group (and the topic), so a restarted
+        service with the same --group fences its predecessor's producer, and two services publishing to
+        different topics never fence each other."""
+        return f"pulsegraph-results.{self.group}.{self.results_topic}"
 
     @property
     def transform_name(self) -> str:

@@ -30,6 +30,7 @@ from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
+from pulsegraph.results_topic import ResultPublisher
 from pulsegraph.settings import Settings
 from snapshots.checkpoint import CheckpointStore, Manifest
 from snapshots.coordinator import EpochCoordinator
@@ -128,6 +129,13 @@ class Pipeline:
         self.sizing: dict = {}
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
+        s = self.settings
+        # Reads the store, not the actors: it lives as long as the service, across relaunches.
+        self.results: ResultPublisher | None = None
+        if s.results_topic:
+            self.results = ResultPublisher(
+                self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k
+            )
 
     @property
     def spec(self) -> SourceSpec:
@@ -165,6 +173,8 @@ class Pipeline:
         # thread, it races the main thread's imports (pydantic.v1) and fails.
         ray.put(None)
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.results is not None:
+            self.results.start()  # connects (and finds where to resume) while the pipeline launches
         if self.settings.source == "kafka":
             threading.Thread(target=self._launch_and_feed, args=(True,), name="pipeline-launch", daemon=True).start()
         else:
@@ -342,6 +352,8 @@ class Pipeline:
                 delay = min(delay * 2, 10.0)
 
     def _epoch_arrived(self, view: EpochView) -> None:
+        if self.results is not None:
+            self.results.notify(view)
         if callable(self.on_epoch):
             self.on_epoch(view)
 
@@ -476,7 +488,10 @@ class Pipeline:
 
     def status(self) -> dict:
         """The cached status behind /health: no actor call per request."""
-        return {k: v for k, v in self._status.items() if not k.startswith("_")}
+        out = {k: v for k, v in self._status.items() if not k.startswith("_")}
+        if self.results is not None:
+            out["results"] = self.results.status()
+        return out
 
     def wait_until_launched(self, timeout: float) -> bool:
         return self._launched.wait(timeout)
@@ -504,6 +519,8 @@ class Pipeline:
     def _stop_locked(self) -> None:
         if self.feed is not None:
             self.feed.stop()
+        if self.results is not None:
+            self.results.stop()  # after the feed: the epochs it delivered last get their chance
         for a in self.ingest:
             try:
                 ray.get(a.stop.remote(), timeout=60)
