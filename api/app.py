@@ -13,12 +13,14 @@ anonymous writes were asked for; reads are open unless ``protect_reads``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
 import time
 from importlib import resources
 from typing import Annotated, Any, Callable, Literal
+from urllib.parse import quote, unquote, unquote_to_bytes
 
 import numpy as np
 import orjson
@@ -27,11 +29,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
-from api.exceptions import ApiError, Forbidden, NotFound, PayloadTooLarge, Unauthorized, Unavailable
+from api.batch import MAX_BODY_BYTES, MAX_EVENTS, MAX_JSON_VALUES, check_batch, parse_batch
+from api.edge import Edge, EdgeLimits
+from api.exceptions import ApiError, Forbidden, NotFound, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
 from api.metrics import Metrics, TimingMiddleware
 from api.models import (
     Accepted,
@@ -54,7 +59,7 @@ from api.models import (
 )
 from api.paths import DEFAULT_PATH_BFS_BUDGET, find_path
 from api.store import TOP_CACHE, EpochView, ResultStore
-from api.stream import Broadcaster, sse_frame
+from api.stream import ANONYMOUS, AUTHENTICATED, SAME_ORIGIN, Broadcaster, sse_frame
 from ingest.events import WEIGHT_SCALE
 
 log = logging.getLogger(__name__)
@@ -71,11 +76,13 @@ MAX_HISTORY = 100_000
 MAX_COMPONENTS = 1000
 MAX_TOPICS = 1000
 MAX_TRENDS = 100
-# The write path's bounds (issue 5): one request is at most this many events and bytes.
-MAX_EVENTS = 10_000
-MAX_BODY_BYTES = 5 * 1024 * 1024
 # How many rejected events a 202 names; the count covers all of them.
 MAX_REASONS = 100
+# A POST's whole body must arrive within this (5 MB in 30 s is 1.4 Mbit/s): a client trickling its body
+# would otherwise hold one of the few write slots for as long as it likes.
+BODY_TIMEOUT_S = 30.0
+# /health names a bound as saturated from this share of it on: the pushback is near.
+SATURATED = 0.9
 
 STATIC = resources.files("api") / "static"
 
@@ -94,7 +101,52 @@ def _error(status: int, code: str, message: str, headers: dict | None = None) ->
 
 
 EpochQ = Annotated[int | None, Query(ge=1, le=2**53, description="a retained epoch; omitted: the newest")]
-VertexP = Annotated[str, Path(min_length=1, max_length=MAX_ID_BYTES, description="a vertex id (URL-encoded)")]
+VertexP = Annotated[str, Path(
+    min_length=1, max_length=MAX_ID_BYTES,
+    description="a vertex id, percent-encoded as one path segment (`/` as `%2F`: ids may be URLs)",
+)]
+
+
+class VertexIdConvertor(Convertor):
+    """The ``{vertex_id:vertex}`` path segment: one segment of the path :class:`VertexPaths` rewrote,
+    decoded back to the id."""
+
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        return unquote(value)
+
+    def to_string(self, value: str) -> str:
+        return quote(value, safe="")
+
+
+register_url_convertor("vertex", VertexIdConvertor())
+
+
+class VertexPaths:
+    """Routes under ``/v1/vertices/`` take the id from the *raw* path, where a ``/`` inside an id is still
+    ``%2F``: the server decodes the path before routing, and an id such as ``https://site.example/alice``
+    would otherwise be three segments that no route matches. The id's segment is decoded once and put back
+    encoded, so the router sees one segment and the convertor hands the route the id."""
+
+    PREFIX = b"/v1/vertices/"
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/vertices/"):
+            raw = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+            if raw.startswith(self.PREFIX):
+                segment, slash, rest = raw[len(self.PREFIX):].partition(b"/")
+                try:
+                    vertex = unquote_to_bytes(segment).decode("utf-8")
+                except UnicodeDecodeError:
+                    vertex = "\ufffd"  # no id that ingest accepts decodes so: the route answers 404
+                tail = unquote((slash + rest).decode("latin-1"))
+                # In place: the timing middleware outside reads the route the router puts in this scope.
+                scope["path"] = "/v1/vertices/" + quote(vertex, safe="") + tail
+        await self.app(scope, receive, send)
 
 
 def _errors(*codes: int) -> dict:
@@ -130,6 +182,13 @@ class Auth:
     def read(self, creds: HTTPAuthorizationCredentials | None) -> None:
         if self.protect_reads:
             self._check(creds)
+
+    def valid(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header carries the token (constant time), for routes open to all
+        that treat authenticated clients better."""
+        scheme, _, credentials = (authorization or "").partition(" ")
+        return (self.token is not None and scheme.lower() == "bearer"
+                and hmac.compare_digest(credentials.strip().encode(), self.token))
 
     @property
     def writes(self) -> str:
@@ -203,15 +262,21 @@ def create_app(
     protect_reads: bool = False,
     cors_origins: tuple[str, ...] | list[str] = (),
     path_bfs_budget: int = DEFAULT_PATH_BFS_BUDGET,
+    limits: EdgeLimits | None = None,
 ) -> FastAPI:
     """The app over ``store``.
 
     ``events_sink`` receives each accepted batch of POSTed events as compact JSON
     records; ``event_transform`` (the pipeline's transform, ``bytes -> updates``,
-    raising ``BadRecord``) validates each one first.
+    raising ``BadRecord``) validates each one first. ``limits``: the bounds of the
+    server's edge (``app.state.edge``, which :func:`api.edge.server_config` serves
+    with), of the event streams and of concurrent writes.
     """
+    limits = limits or EdgeLimits()
     auth = Auth(api_token, allow_anonymous_writes, protect_reads)
-    broadcaster = Broadcaster()
+    edge = Edge(limits)
+    broadcaster = Broadcaster(limits.max_streams)
+    writes = {"in_flight": 0, "max": limits.max_concurrent_writes, "refused": 0}
     metrics = Metrics(store, status, broadcaster)
     bearer = HTTPBearer(auto_error=False, description="PULSEGRAPH_API_TOKEN")
 
@@ -246,6 +311,8 @@ def create_app(
     app.state.store = store
     app.state.metrics = metrics
     app.state.broadcaster = broadcaster
+    app.state.edge = edge
+    app.add_middleware(VertexPaths)
     if not auth.protect_reads:
         app.add_middleware(FastTop, answer=lambda k, algo, epoch: top_body(k, algo, epoch, quiet=True))
     app.add_middleware(TimingMiddleware, metrics=metrics, skip=("/v1/stream",))
@@ -322,7 +389,15 @@ def create_app(
         if status is not None:
             # "degraded" while the ingest is disconnected, recovering or failed; the API itself still serves.
             body.update(status())
+        body["edge"] = edge_stats()
         return JSON(body)
+
+    def edge_stats() -> dict:
+        """The API's own bounds, what is in use and what was refused; `saturated` names those at 90% or more."""
+        got: dict = {"connections": edge.stats(), "streams": broadcaster.stats(), "writes": dict(writes)}
+        use = {"connections": got["connections"]["open"], "streams": got["streams"]["open"], "writes": writes["in_flight"]}
+        got["saturated"] = [k for k, n in use.items() if n >= SATURATED * got[k]["max"]]
+        return got
 
     @app.get("/v1/algorithms", response_model=Algorithms, dependencies=reads, responses=_errors(*read_errors))
     async def algorithms() -> JSON:
@@ -348,7 +423,7 @@ def create_app(
     ) -> JSON:
         return JSON(top_body(k, algo, epoch))
 
-    @app.get("/v1/vertices/{vertex_id}", response_model=Vertex, dependencies=reads, responses=_errors(404, *read_errors))
+    @app.get("/v1/vertices/{vertex_id:vertex}", response_model=Vertex, dependencies=reads, responses=_errors(404, *read_errors))
     async def vertex(vertex_id: VertexP, epoch: EpochQ = None) -> JSON:
         view = store.get(epoch)
         i = vertex_in(view, vertex_id)
@@ -509,7 +584,7 @@ def create_app(
             raise Unavailable(f"the landmark distances of epoch {view.result.epoch} are inconsistent: {exc}", code="paths_unavailable") from None
 
     @app.get(
-        "/v1/vertices/{vertex_id}/history",
+        "/v1/vertices/{vertex_id:vertex}/history",
         response_model=History,
         dependencies=reads,
         responses=_errors(400, 404, *read_errors),
@@ -532,7 +607,7 @@ def create_app(
         return JSON({"vertex": vertex_id, "algo": algo, "items": items})
 
     @app.get(
-        "/v1/vertices/{vertex_id}/neighbors",
+        "/v1/vertices/{vertex_id:vertex}/neighbors",
         response_model=Neighbors,
         dependencies=reads,
         responses=_errors(404, *read_errors),
@@ -617,10 +692,21 @@ def create_app(
         response_class=StreamingResponse,
         summary="server-sent events, one per sealed epoch",
     )
-    async def stream() -> StreamingResponse:
-        q = broadcaster.subscribe()
+    async def stream(request: Request) -> StreamingResponse:
+        if auth.protect_reads or auth.valid(request.headers.get("authorization")):
+            standing = AUTHENTICATED
+        elif request.headers.get("sec-fetch-site") == "same-origin":
+            # Set by the browser (a page cannot forge it): the dashboard's own EventSource. Any other client
+            # can claim it, which is why the last slots of all are for authenticated clients only.
+            standing = SAME_ORIGIN
+        else:
+            standing = ANONYMOUS
+        q = broadcaster.subscribe(standing)
         if q is None:
-            raise Unavailable("too many open streams; poll /v1/epochs/latest instead", code="too_many_streams")
+            raise Unavailable(
+                f"the {broadcaster.limit(standing)} stream slots open to this client are taken; poll /v1/epochs/latest instead",
+                code="too_many_streams", headers={"Retry-After": "5"},
+            )
         try:
             v = store.get()
             first = sse_frame(v.result.epoch, v.info_json)
@@ -648,33 +734,7 @@ def create_app(
 
     # ---- writes ----------------------------------------------------------------------------
     def accept(body: bytes) -> dict:
-        try:
-            events = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(f"the body is not JSON: {exc}", code="invalid_json") from None
-        if not isinstance(events, list):
-            raise ApiError("the body must be a JSON array of events", code="invalid_request")
-        if len(events) > MAX_EVENTS:
-            raise PayloadTooLarge(f"{len(events)} events in one request; at most {MAX_EVENTS}", code="too_many_events")
-        good: list[bytes] = []
-        errors: list[dict] = []
-        rejected = 0
-        for i, ev in enumerate(events):
-            raw = orjson.dumps(ev)
-            reason = None
-            if not isinstance(ev, dict):
-                reason = "an event must be a JSON object"
-            elif event_transform is not None:
-                try:
-                    event_transform(raw)
-                except Exception as exc:  # noqa: BLE001 - BadRecord, or any fault of a user's transform: the event is refused
-                    reason = str(exc) or type(exc).__name__
-            if reason is None:
-                good.append(raw)
-            else:
-                rejected += 1
-                if len(errors) < MAX_REASONS:
-                    errors.append({"index": i, "reason": reason})
+        good, bad = check_batch(parse_batch(body), event_transform)
         if good:
             try:
                 events_sink(good)  # type: ignore[misc]
@@ -682,20 +742,31 @@ def create_app(
                 log.exception("events sink failed")
                 raise Unavailable(f"the events sink failed: {exc}", code="sink_unavailable") from None
         metrics.events.labels("accepted").inc(len(good))
-        metrics.events.labels("rejected").inc(rejected)
-        return {"accepted": len(good), "rejected": rejected, "errors": errors}
+        metrics.events.labels("rejected").inc(len(bad))
+        return {"accepted": len(good), "rejected": len(bad), "errors": [{"index": i, "reason": r} for i, r in bad[:MAX_REASONS]]}
+
+    async def read_body(request: Request) -> bytes:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise PayloadTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
+        return bytes(body)
 
     @app.post(
         "/v1/events",
         status_code=202,
         response_model=Accepted,
         dependencies=[Depends(require_write)],
-        responses=_errors(400, 401, 403, 413, 503),
+        responses=_errors(400, 401, 403, 408, 413, 503),
         summary="append events to the stream",
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "description": f"a JSON array of events (at most {MAX_EVENTS}, {MAX_BODY_BYTES} bytes), each one record for the pipeline's transform",
+                "description": (
+                    f"a JSON array of events (at most {MAX_EVENTS}, {MAX_BODY_BYTES} bytes and {MAX_JSON_VALUES} JSON values: "
+                    f"413 past the bytes or values), each one record for the pipeline's transform"
+                ),
                 # Items are checked one by one: a bad one is counted in the 202's `rejected`, never fails the batch.
                 "content": {"application/json": {"schema": {"type": "array", "maxItems": MAX_EVENTS, "items": {"description": "an event object"}}}},
             }
@@ -709,12 +780,20 @@ def create_app(
             raise ApiError("Content-Length is not a number", code="bad_content_length")
         if length is not None and int(length) > MAX_BODY_BYTES:
             raise PayloadTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise PayloadTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
-        return JSON(await run_in_threadpool(accept, bytes(body)), status_code=202)
+        # Checked after the token and before the body is read: at most this many bodies are in memory at once.
+        if writes["in_flight"] >= writes["max"]:
+            writes["refused"] += 1
+            raise Unavailable(f"{writes['max']} write requests are being processed; retry shortly", code="writes_busy",
+                              headers={"Retry-After": "1"})
+        writes["in_flight"] += 1
+        try:
+            try:
+                body = await asyncio.wait_for(read_body(request), BODY_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                raise RequestTimeout(f"the body did not arrive within {BODY_TIMEOUT_S:g} s", code="body_timeout") from None
+            return JSON(await run_in_threadpool(accept, body), status_code=202)
+        finally:
+            writes["in_flight"] -= 1
 
     return app
 

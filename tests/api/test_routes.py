@@ -149,7 +149,7 @@ def test_posted_events_reach_the_graph(running):
         ({"Authorization": "Bearer not-the-token-at-all"}, b"[]", 403, "bad_token"),
         (AUTH, b"{not json", 400, "invalid_json"),
         (AUTH, b'{"op": "add_edge"}', 400, "invalid_request"),
-        (AUTH, orjson.dumps([{}] * 10_001), 413, "too_many_events"),
+        (AUTH, orjson.dumps([{}] * 10_001), 422, "too_many_events"),
         (AUTH, b"[" + b" " * (5 * 1024 * 1024) + b"]", 413, "payload_too_large"),
     ],
 )
