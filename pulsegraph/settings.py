@@ -77,6 +77,17 @@ class Settings(BaseSettings):
     allow_anonymous_writes: bool = Field(False, description="accept POST /v1/events without a token when none is configured")
     protect_reads: bool = Field(False, description="reads need the bearer token too")
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field((), description="origins that browsers may call the API from, comma-separated (default: none)")
+    max_connections: int = Field(
+        2048, ge=16, le=1_000_000,
+        description="open API connections at most; at the cap a new one evicts the longest idle, or gets 503 when all are busy "
+        "(lowered to fit the process's file descriptor limit, with a reserve for the pipeline)",
+    )
+    max_header_bytes: int = Field(32 * 1024, ge=1024, le=1024 * 1024, description="request line and headers at most, e.g. 32KiB; past it 431")
+    header_timeout: float = Field(10.0, gt=0, description="a request's line and headers must arrive within this, e.g. 10s; past it 408")
+    keep_alive_timeout: float = Field(5.0, gt=0, description="an API connection with no request in flight is closed after this idle time, e.g. 5s")
+    send_timeout: float = Field(30.0, gt=0, description="an API connection whose client takes none of the bytes sent to it for this long is dropped (a stream client that stopped reading)")
+    max_streams: int = Field(1000, ge=1, description="open /v1/stream connections at most (at most half of --max-connections); the last tenth is kept for the dashboard's own origin and authenticated clients")
+    max_concurrent_writes: int = Field(4, ge=1, le=256, description="POST /v1/events requests processed at once; more get 503 with Retry-After")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
@@ -102,10 +113,17 @@ class Settings(BaseSettings):
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
-    @field_validator("epoch_interval", mode="before")
+    @field_validator("epoch_interval", "header_timeout", "keep_alive_timeout", "send_timeout", mode="before")
     @classmethod
     def _duration(cls, v):
         return parse_duration(v)
+
+    @field_validator("max_header_bytes", mode="before")
+    @classmethod
+    def _bytes(cls, v):
+        from pulsegraph.memory import parse_size
+
+        return parse_size(v) if isinstance(v, str) else v
 
     @field_validator("memory_limit", mode="before")
     @classmethod
@@ -138,6 +156,9 @@ class Settings(BaseSettings):
             raise ValueError("--source kafka needs --bootstrap HOST:PORT and --topic TOPIC")
         if self.transform is not None and self.transform not in TRANSFORMS:
             raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
+        if self.max_streams > self.max_connections // 2:
+            # Streams never end on their own: more would leave too few connections for everything else.
+            raise ValueError(f"--max-streams {self.max_streams} is over half of --max-connections {self.max_connections}")
         return self
 
     @field_validator("cors_origins", mode="before")
