@@ -2,11 +2,13 @@
 
 Values come from flags (the CLI passes them in), then ``PULSEGRAPH_*``
 environment variables, then the defaults below, which run as they are. Nothing
-else in the project reads ``os.environ``.
+else in the project reads ``os.environ``; the secrets read from it are removed
+from it before any other process is started (:func:`drop_secrets_from_environment`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -48,6 +50,18 @@ def check_secret(value: str) -> None:
         raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}")
 
 
+# Variables whose values are secrets: read once into the settings, then removed from the environment
+# before any process is started (every child inherits it; none needs them).
+SECRET_VARIABLES = ("PULSEGRAPH_API_TOKEN",)
+
+
+def drop_secrets_from_environment() -> None:
+    """Remove the secret variables from this process's environment, so that no process it starts
+    inherits them; the settings built from them keep their values."""
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid")
 
@@ -86,7 +100,7 @@ class Settings(BaseSettings):
     header_timeout: float = Field(10.0, gt=0, description="a request's line and headers must arrive within this, e.g. 10s; past it 408")
     keep_alive_timeout: float = Field(5.0, gt=0, description="an API connection with no request in flight is closed after this idle time, e.g. 5s")
     send_timeout: float = Field(30.0, gt=0, description="an API connection whose client takes none of the bytes sent to it for this long is dropped (a stream client that stopped reading)")
-    max_streams: int = Field(1000, ge=1, description="open /v1/stream connections at most (at most half of --max-connections); the last tenth is kept for the dashboard's own origin and authenticated clients")
+    max_streams: int = Field(1000, ge=1, description="open /v1/stream connections at most (never more than half of the connections: streams do not end by themselves); the last tenth is kept for the dashboard's own origin and authenticated clients")
     max_concurrent_writes: int = Field(4, ge=1, le=256, description="POST /v1/events requests processed at once; more get 503 with Retry-After")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
@@ -156,9 +170,6 @@ class Settings(BaseSettings):
             raise ValueError("--source kafka needs --bootstrap HOST:PORT and --topic TOPIC")
         if self.transform is not None and self.transform not in TRANSFORMS:
             raise ValueError(f"unknown transform {self.transform!r}; known: {', '.join(sorted(TRANSFORMS))}")
-        if self.max_streams > self.max_connections // 2:
-            # Streams never end on their own: more would leave too few connections for everything else.
-            raise ValueError(f"--max-streams {self.max_streams} is over half of --max-connections {self.max_connections}")
         return self
 
     @field_validator("cors_origins", mode="before")
