@@ -8,6 +8,7 @@ from it before any other process is started (:func:`drop_secrets_from_environmen
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -35,6 +36,15 @@ def parse_duration(value) -> float:
 
 # A bearer token shorter than this is guessable; `python -c "import secrets; print(secrets.token_urlsafe(32))"` makes one.
 MIN_TOKEN_CHARS = 16
+# And it must take a cracker at least 2**80 guesses, as zxcvbn estimates them (it knows dictionaries, names,
+# l33t spellings, keyboard runs, repeats, sequences and dates, and counts a random character as 10 guesses, not
+# 64): out of reach for any offline attack. secrets.token_urlsafe(32) estimates at ~140 bits.
+MIN_TOKEN_BITS = 80
+MAKE_TOKEN = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+# Words a careless operator builds a token from, counted as the dictionary words they are here.
+_PROJECT_WORDS = ["pulsegraph", "pulse", "graph", "token", "api", "apitoken", "secret", "bearer", "kafka", "ray"]
+# zxcvbn looks at this many characters at a time (its own limit); a longer token is estimated in pieces.
+_ZXCVBN_CHARS = 72
 _PLACEHOLDERS = re.compile(
     r"(change[-_ ]?me|changeit|secret|password|passw0rd|token|api[-_]?token|placeholder|example|default|todo|test|dummy|"
     r"x+|\*+|0+|1234.*|<.*>|\$\{.*\}|your[-_ ].*|replace[-_ ]?me.*|insert[-_ ].*)",
@@ -42,12 +52,36 @@ _PLACEHOLDERS = re.compile(
 )
 
 
+def token_bits(value: str) -> float:
+    """log2 of the guesses zxcvbn estimates ``value`` needs; a piece repeated counts once."""
+    from zxcvbn import zxcvbn
+
+    bits, seen = 0.0, set()
+    for i in range(0, len(value), _ZXCVBN_CHARS):
+        piece = value[i : i + _ZXCVBN_CHARS]
+        if piece not in seen:
+            seen.add(piece)
+            bits += math.log2(max(float(zxcvbn(piece, user_inputs=_PROJECT_WORDS)["guesses"]), 1.0))
+    return bits
+
+
 def check_secret(value: str) -> None:
-    """Refuse placeholder and short secrets: a default-looking token is as good as none."""
-    if _PLACEHOLDERS.fullmatch(value.strip()) or len(set(value)) < 4:
-        raise ValueError("the API token is a placeholder; generate one with: python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
+    """Refuse placeholder, short and guessable secrets: a default-looking token is as good as none.
+    The messages never repeat the token."""
+    value = value.strip()
+    if _PLACEHOLDERS.fullmatch(value) or len(set(value)) < 4:
+        raise ValueError(f"the API token is a placeholder; generate one with: {MAKE_TOKEN}")
     if len(value) < MIN_TOKEN_CHARS:
-        raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}")
+        raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}: {MAKE_TOKEN}")
+    unit = re.fullmatch(r"(.+?)\1+", value, re.DOTALL)
+    if unit:
+        raise ValueError(f"the API token is {len(unit.group(1))} characters repeated; generate a random one with: {MAKE_TOKEN}")
+    bits = token_bits(value)
+    if bits < MIN_TOKEN_BITS:
+        raise ValueError(
+            f"the API token is too easy to guess: about {bits:.0f} bits where {MIN_TOKEN_BITS} are needed (dictionary words, "
+            f"names, keyboard runs, repeats and sequences add little). Generate a random one with: {MAKE_TOKEN}"
+        )
 
 
 # Variables whose values are secrets: read once into the settings, then removed from the environment
@@ -63,7 +97,8 @@ def drop_secrets_from_environment() -> None:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid")
+    # hide_input_in_errors: a refused token is never echoed back in the error (nor in a traceback).
+    model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid", hide_input_in_errors=True)
 
     source: Literal["synthetic", "file", "kafka"] = Field("synthetic", description="where events come from")
     path: Path | None = Field(None, description="the JSONL file of --source file (followed as it grows)")
@@ -86,7 +121,8 @@ class Settings(BaseSettings):
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
-    api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default, at least 16 characters")
+    api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default; placeholders, repeats and tokens "
+        "under ~80 bits of estimated strength are refused")
     api_token_file: Path | None = Field(None, description="a file whose first line is the bearer token (instead of --api-token)")
     allow_anonymous_writes: bool = Field(False, description="accept POST /v1/events without a token when none is configured")
     protect_reads: bool = Field(False, description="reads need the bearer token too")
