@@ -14,9 +14,12 @@ anonymous writes were asked for; reads are open unless ``protect_reads``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import hmac
 import logging
+import re
 import time
 from importlib import resources
 from typing import Annotated, Any, Callable, Literal
@@ -26,6 +29,7 @@ import numpy as np
 import orjson
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
@@ -85,6 +89,20 @@ BODY_TIMEOUT_S = 30.0
 SATURATED = 0.9
 
 STATIC = resources.files("api") / "static"
+# Swagger UI's bundle, stylesheet and icon, as the fastapi-offline package ships them.
+DOCS_ASSETS = resources.files("fastapi_offline") / "static"
+DOCS_ASSETS_URL = "/docs-assets"
+
+
+def docs_policy(page: bytes) -> str:
+    """The docs page's Content-Security-Policy: scripts from here and the page's one inline script, by its hash.
+    (Swagger UI sets inline styles, hence style-src 'unsafe-inline': styles run no code.)"""
+    inline = re.search(rb"<script>(.*?)</script>", page, re.DOTALL)
+    scripts = ["'self'"]
+    if inline is not None:
+        scripts.append("'sha256-%s'" % base64.b64encode(hashlib.sha256(inline.group(1)).digest()).decode())
+    return (f"default-src 'self'; script-src {' '.join(scripts)}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
 
 class JSON(JSONResponse):
@@ -306,6 +324,8 @@ def create_app(
         version="0.1.0",
         default_response_class=JSON,
         lifespan=lifespan,
+        docs_url=None,  # served below, from the package
+        redoc_url=None,
         description="Ranks of a streaming graph, per committed epoch. Errors are `{\"error\": {\"code\", \"message\"}}`.",
     )
     app.state.store = store
@@ -381,6 +401,23 @@ def create_app(
 
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    # ---- API docs: Swagger UI's files from the package (fastapi-offline ships them), never a CDN: an
+    # operator may paste the token into this page, so every script it runs is ours, pinned by the policy.
+    docs_page = bytes(get_swagger_ui_html(
+        openapi_url=app.openapi_url or "/openapi.json",
+        title="pulsegraph API",
+        swagger_js_url=f"{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{DOCS_ASSETS_URL}/swagger-ui.css",
+        swagger_favicon_url=f"{DOCS_ASSETS_URL}/favicon.png",
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
+    ).body)
+    docs_headers = {**page_headers, "Content-Security-Policy": docs_policy(docs_page)}
+    app.mount(DOCS_ASSETS_URL, StaticFiles(directory=str(DOCS_ASSETS)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> Response:
+        return Response(docs_page, media_type="text/html; charset=utf-8", headers=docs_headers)
 
     # ---- reads -----------------------------------------------------------------------------
     @app.get("/health", response_model=Health, summary="liveness and what is connected")
