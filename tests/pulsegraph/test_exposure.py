@@ -351,3 +351,55 @@ def test_a_slow_head_gets_408_and_an_idle_connection_is_closed(service):
 def test_garbage_is_a_json_400(service):
     status, body, _ = get(service.port, "/v1/epochs\x00bad")
     assert status == 400 and orjson.loads(body)["error"]["code"]
+
+
+# ---- hostile bodies ------------------------------------------------------------------------------------
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_32_bodies_of_a_million_empty_objects_at_once_cost_little(service):
+    """The issue's bomb: 5 MB of `{}` (1.7 M objects), 32 at once. Each is refused before it is parsed; at most
+    max_concurrent_writes are looked at, the others are pushed back at once; the process barely grows."""
+    bomb = b"[" + b",".join([b"{}"] * 1_700_000) + b"]"
+    assert len(bomb) <= 5 * 1024 * 1024
+    before = rss(service.proc.pid)
+    peak = [before]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss(service.proc.pid))
+            time.sleep(0.005)
+
+    answers: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def post() -> None:
+        r = httpx.post(service.url("/v1/events"), content=bomb, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        with lock:
+            answers.append((r.status_code, r.json()["error"]["code"]))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    posters = [threading.Thread(target=post) for _ in range(32)]
+    t0 = time.perf_counter()
+    for t in posters:
+        t.start()
+    for t in posters:
+        t.join(timeout=120)
+    took = time.perf_counter() - t0
+    done.set()
+    watcher.join()
+    codes = sorted({a for a in answers})
+    grew = (peak[0] - before) / 2**20
+    print(f"32 bombs: {codes} ({sum(a[0] == 503 for a in answers)} pushed back) in {took:.1f} s; API process RSS "
+          f"{before / 2**20:.0f} MB -> peak {peak[0] / 2**20:.0f} MB (+{grew:.0f} MB)")
+    assert len(answers) == 32 and set(codes) <= {(413, "too_many_values"), (503, "writes_busy")}
+    assert (413, "too_many_values") in codes
+    assert grew < 250, f"the API process grew {grew:.0f} MB"
+    health = httpx.get(service.url("/health"), timeout=5).json()["edge"]["writes"]
+    assert health["in_flight"] == 0 and health["max"] == 4
