@@ -11,8 +11,8 @@ the table of one server's open connections. The bounds, per server (:class:`Edge
 - **request heads**: the request line and headers must be complete within ``header_timeout_s`` of the
   moment the connection began waiting for them (408 otherwise) and hold at most ``max_header_bytes``
   (431, counted as the bytes arrive, so a huge header is refused after its first read, never buffered).
-- **idle connections**: one with no request in flight and nothing received for ``keep_alive_s`` is
-  closed (uvicorn's keep-alive timeout, armed here for fresh connections too).
+- **idle connections**: one that has sent nothing ``header_timeout_s`` after it opened, or nothing
+  ``keep_alive_s`` after a response (uvicorn's keep-alive timeout), is closed without a word.
 - **send stalls**: a connection whose peer has acknowledged none of the bytes waiting for it for
   ``send_timeout_s`` (its receive window is shut: it reads nothing) is dropped, as nginx's
   ``send_timeout`` does; this is what ends a stream client that stopped reading. Linux only (it reads
@@ -102,8 +102,8 @@ class EdgeProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         if not self.edge.admit(self):
             return
-        # A fresh connection is idle until its first byte: uvicorn arms this only after a response.
-        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        # A fresh connection has until the head deadline to send its first request (uvicorn sets no limit on
+        # it at all); the keep-alive timeout is for the idle time between requests.
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
