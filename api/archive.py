@@ -83,11 +83,30 @@ def _strip(obj: Any, arrays: list[np.ndarray], at: list[int]) -> Any:
     return obj
 
 
-def _fill(obj: Any, path: Path, base: int) -> Any:
+class _Map:
+    """One memory map of a whole archive file, made at the first array read from it.
+
+    One per file, not one per array: every map holds a duplicate of the file's descriptor for as long
+    as it lives, and an epoch has ~17 arrays (2,000 descriptors for 120 retained epochs, in the process
+    whose sockets share the same limit)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.whole: np.memmap | None = None
+
+    def array(self, offset: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        if self.whole is None:
+            self.whole = np.memmap(self.path, dtype=np.uint8, mode="r")
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) * dt.itemsize
+        return self.whole[offset : offset + n].view(dt).reshape(shape)  # still an np.memmap, read-only
+
+
+def _fill(obj: Any, path: _Map, base: int) -> Any:
     if isinstance(obj, _Ref):
         if not obj.shape or 0 in obj.shape:
             return np.zeros(obj.shape, dtype=obj.dtype)
-        return np.memmap(path, dtype=obj.dtype, mode="r", offset=base + obj.offset, shape=obj.shape)
+        return path.array(base + obj.offset, obj.dtype, obj.shape)
     if isinstance(obj, dict):
         return {k: _fill(v, path, base) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -150,7 +169,7 @@ def read_mapped(path: Path, verify: bool = True) -> Any:
         raise ArchiveError(f"{path}: {exc}") from exc
     base = len(MAGIC) + 8 + size
     base += -base % _ALIGN
-    return _fill(pickle.loads(header), path, base)
+    return _fill(pickle.loads(header), _Map(path), base)
 
 
 class ResultArchive:
@@ -161,6 +180,9 @@ class ResultArchive:
         self.latest = max(self._epochs(), default=0)
         # The ranks stored with the epochs history_before() took back, by epoch (memory-mapped).
         self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
+        # Epochs whose write failed (a full disk, no file descriptor left), oldest first: written again,
+        # in order, before any newer one, so that a passing fault leaves no gap in the archive.
+        self._unsaved: list[tuple[EpochResult, dict | None]] = []
 
     def _path(self, epoch: int) -> Path:
         return self.root / f"epoch-{epoch:012d}.res"
@@ -185,20 +207,28 @@ class ResultArchive:
     def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None) -> None:
         """Write the epochs newer than the archive's newest (older ones are there already), each with
         its ranks when given, then drop what falls out of the retention. A disk error is logged, not
-        raised: serving goes on from memory."""
+        raised: serving goes on from memory, and the epochs not written are tried again, first, at the
+        next save (while they are retained)."""
+        queued = {r.epoch for r, _ in self._unsaved}
         for r in sorted(results, key=lambda r: r.epoch):
-            if r.epoch <= self.latest:
+            if r.epoch <= self.latest or r.epoch in queued:
                 continue
             apps = {name: {k: v for k, v in (got or {}).items() if k not in PER_VERTEX_APPS.get(name, ())}
                     for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
+            self._unsaved.append((light, (ranks or {}).get(r.epoch)))
+        del self._unsaved[: max(0, len(self._unsaved) - self.retain)]  # those would be pruned at once
+        while self._unsaved:
+            light, got = self._unsaved[0]
             try:
-                write_mapped(self._path(r.epoch), {"result": light, "ranks": (ranks or {}).get(r.epoch)})
+                write_mapped(self._path(light.epoch), {"result": light, "ranks": got})
             except OSError as exc:
-                log.error("result archive: epoch %d not kept on disk: %s. Operator action: check the disk under %s.",
-                          r.epoch, exc, self.root)
+                log.error("result archive: epoch %d not kept on disk yet (%d waiting): %s. It is tried again with the "
+                          "next epoch; operator action if this repeats: check the disk and the open files limit under %s.",
+                          light.epoch, len(self._unsaved), exc, self.root)
                 return
-            self.latest = r.epoch
+            self._unsaved.pop(0)
+            self.latest = light.epoch
         self._prune()
 
     def _prune(self) -> None:
@@ -250,3 +280,4 @@ class ResultArchive:
         for e in epochs:
             self._path(e).unlink(missing_ok=True)
         self.latest = 0
+        self._unsaved.clear()

@@ -29,6 +29,18 @@ class Forbidden(ApiError):
     code = "forbidden"
 
 
+class RequestTimeout(ApiError):
+    status = 408
+    code = "request_timeout"
+
+
+class Unprocessable(ApiError):
+    """The request breaks the schema in a way the route itself checks (a batch over its maxItems)."""
+
+    status = 422
+    code = "invalid_request"
+
+
 class PayloadTooLarge(ApiError):
     status = 413
     code = "payload_too_large"

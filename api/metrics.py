@@ -134,6 +134,7 @@ class TimingMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            # The template without convertors: ``{vertex_id}``, not ``{vertex_id:vertex}``.
+            path = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             if path not in self.skip:
                 self.metrics.observe_http(path, scope["method"], status, time.perf_counter() - t0)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from pydantic import BaseModel, Field
+
+# The rankings the compute stage publishes (compute.engine.RankEngine); a test keeps the two in step.
+Algorithm = Literal["pagerank", "tunkrank"]
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 
 
 class Timeliness(BaseModel):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import threading
 
 import uvicorn
 
 from api.app import create_app
+from api.edge import EdgeLimits, server_config
 from api.store import EpochView
 from ingest.eventlog import EventLog
 from ingest.transforms import get_transform
-from pulsegraph.errors import PulsegraphError
+from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
@@ -23,6 +25,12 @@ KAFKA_SEND_TIMEOUT_S = 10.0
 
 # Open /v1/stream connections never finish on their own; on Ctrl-C uvicorn waits this long for them, then closes them.
 GRACEFUL_SHUTDOWN_S = 3
+# File descriptors the API process keeps for itself beyond its connections: Ray's driver (~40 sockets and
+# pipes), logs, the epoch and dead-letter files, the Kafka producer, a write of the result archive, plus
+# one per retained epoch (each archived epoch is one memory map, which holds its file open).
+FD_RESERVE = 512
+# Below this many connections the API is not worth serving: the operator must raise `ulimit -n`.
+MIN_CONNECTIONS = 64
 
 
 def print_epoch(view: EpochView) -> None:
@@ -66,7 +74,46 @@ def events_sink(settings: Settings, pipeline: Pipeline):
     return EventLog(str(pipeline.events_log)).append
 
 
-def build_app(settings: Settings, pipeline: Pipeline):
+def open_files_limit() -> int:
+    """The process's file descriptor limit, raised to its hard limit first (ours to take: many systems
+    start processes at a soft 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20  # the kernel's usual nr_open
+    if soft == resource.RLIM_INFINITY or soft >= hard:
+        return hard if soft == resource.RLIM_INFINITY else soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
+    except (ValueError, OSError):
+        return soft
+
+
+def edge_limits(settings: Settings, open_files: int) -> EdgeLimits:
+    """The API's bounds from the settings; connections lowered so that they can never take the
+    descriptors the result feed and the archive need (they share the process's limit)."""
+    reserve = FD_RESERVE + settings.retain_epochs
+    connections = min(settings.max_connections, open_files - reserve)
+    if connections < MIN_CONNECTIONS:
+        raise PipelineError(
+            f"the process may open {open_files} files and keeps {reserve} for the pipeline, leaving {max(connections, 0)} "
+            f"API connections. Operator action: raise the limit (ulimit -n {reserve + settings.max_connections}) or lower --retain-epochs."
+        )
+    if connections < settings.max_connections:
+        log.warning("at most %d API connections, not --max-connections %d: the process may open %d files and keeps %d "
+                    "for the pipeline (raise `ulimit -n` for more)", connections, settings.max_connections, open_files, reserve)
+    return EdgeLimits(
+        max_connections=connections,
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.header_timeout,
+        keep_alive_s=settings.keep_alive_timeout,
+        send_timeout_s=settings.send_timeout,
+        max_streams=min(settings.max_streams, connections // 2),
+        max_concurrent_writes=settings.max_concurrent_writes,
+    )
+
+
+def build_app(settings: Settings, pipeline: Pipeline, limits: EdgeLimits | None = None):
     """The API over the pipeline: its store and status, and POSTed events appended to its event log.
 
     The events sink is the one seam of the write path: the embedded log's append, or a
@@ -85,6 +132,7 @@ def build_app(settings: Settings, pipeline: Pipeline):
         protect_reads=settings.protect_reads,
         cors_origins=settings.cors_origins,
         path_bfs_budget=settings.path_bfs_budget,
+        limits=limits,
     )
 
 
@@ -101,6 +149,11 @@ class _Server(uvicorn.Server):
 
 
 def serve(settings: Settings) -> int:
+    try:
+        limits = edge_limits(settings, open_files_limit())
+    except PipelineError as exc:
+        log.error("%s", exc)
+        return 1
     pipeline = Pipeline(settings, on_epoch=print_epoch)
     log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
     try:
@@ -109,10 +162,10 @@ def serve(settings: Settings) -> int:
         log.error("%s", exc)
         pipeline.stop()
         return 1
-    app = build_app(settings, pipeline)
+    app = build_app(settings, pipeline, limits)
     server = _Server(
-        uvicorn.Config(
-            app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+        server_config(
+            app, settings.host, settings.port, log_level="warning", access_log=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         ),
         on_exit=app.state.broadcaster.close,

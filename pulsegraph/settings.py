@@ -2,11 +2,14 @@
 
 Values come from flags (the CLI passes them in), then ``PULSEGRAPH_*``
 environment variables, then the defaults below, which run as they are. Nothing
-else in the project reads ``os.environ``.
+else in the project reads ``os.environ``; the secrets read from it are removed
+from it before any other process is started (:func:`drop_secrets_from_environment`).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -34,6 +37,15 @@ def parse_duration(value) -> float:
 
 # A bearer token shorter than this is guessable; `python -c "import secrets; print(secrets.token_urlsafe(32))"` makes one.
 MIN_TOKEN_CHARS = 16
+# And it must take a cracker at least 2**80 guesses, as zxcvbn estimates them (it knows dictionaries, names,
+# l33t spellings, keyboard runs, repeats, sequences and dates, and counts a random character as 10 guesses, not
+# 64): out of reach for any offline attack. secrets.token_urlsafe(32) estimates at ~140 bits.
+MIN_TOKEN_BITS = 80
+MAKE_TOKEN = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+# Words a careless operator builds a token from, counted as the dictionary words they are here.
+_PROJECT_WORDS = ["pulsegraph", "pulse", "graph", "token", "api", "apitoken", "secret", "bearer", "kafka", "ray"]
+# zxcvbn looks at this many characters at a time (its own limit); a longer token is estimated in pieces.
+_ZXCVBN_CHARS = 72
 _PLACEHOLDERS = re.compile(
     r"(change[-_ ]?me|changeit|secret|password|passw0rd|token|api[-_]?token|placeholder|example|default|todo|test|dummy|"
     r"x+|\*+|0+|1234.*|<.*>|\$\{.*\}|your[-_ ].*|replace[-_ ]?me.*|insert[-_ ].*)",
@@ -41,16 +53,53 @@ _PLACEHOLDERS = re.compile(
 )
 
 
+def token_bits(value: str) -> float:
+    """log2 of the guesses zxcvbn estimates ``value`` needs; a piece repeated counts once."""
+    from zxcvbn import zxcvbn
+
+    bits, seen = 0.0, set()
+    for i in range(0, len(value), _ZXCVBN_CHARS):
+        piece = value[i : i + _ZXCVBN_CHARS]
+        if piece not in seen:
+            seen.add(piece)
+            bits += math.log2(max(float(zxcvbn(piece, user_inputs=_PROJECT_WORDS)["guesses"]), 1.0))
+    return bits
+
+
 def check_secret(value: str) -> None:
-    """Refuse placeholder and short secrets: a default-looking token is as good as none."""
-    if _PLACEHOLDERS.fullmatch(value.strip()) or len(set(value)) < 4:
-        raise ValueError("the API token is a placeholder; generate one with: python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
+    """Refuse placeholder, short and guessable secrets: a default-looking token is as good as none.
+    The messages never repeat the token."""
+    value = value.strip()
+    if _PLACEHOLDERS.fullmatch(value) or len(set(value)) < 4:
+        raise ValueError(f"the API token is a placeholder; generate one with: {MAKE_TOKEN}")
     if len(value) < MIN_TOKEN_CHARS:
-        raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}")
+        raise ValueError(f"the API token has {len(value)} characters; use at least {MIN_TOKEN_CHARS}: {MAKE_TOKEN}")
+    unit = re.fullmatch(r"(.+?)\1+", value, re.DOTALL)
+    if unit:
+        raise ValueError(f"the API token is {len(unit.group(1))} characters repeated; generate a random one with: {MAKE_TOKEN}")
+    bits = token_bits(value)
+    if bits < MIN_TOKEN_BITS:
+        raise ValueError(
+            f"the API token is too easy to guess: about {bits:.0f} bits where {MIN_TOKEN_BITS} are needed (dictionary words, "
+            f"names, keyboard runs, repeats and sequences add little). Generate a random one with: {MAKE_TOKEN}"
+        )
+
+
+# Variables whose values are secrets: read once into the settings, then removed from the environment
+# before any process is started (every child inherits it; none needs them).
+SECRET_VARIABLES = ("PULSEGRAPH_API_TOKEN",)
+
+
+def drop_secrets_from_environment() -> None:
+    """Remove the secret variables from this process's environment, so that no process it starts
+    inherits them; the settings built from them keep their values."""
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid")
+    # hide_input_in_errors: a refused token is never echoed back in the error (nor in a traceback).
+    model_config = SettingsConfigDict(env_prefix="PULSEGRAPH_", frozen=True, extra="forbid", hide_input_in_errors=True)
 
     source: Literal["synthetic", "file", "kafka"] = Field("synthetic", description="where events come from")
     path: Path | None = Field(None, description="the JSONL file of --source file (followed as it grows)")
@@ -80,11 +129,23 @@ class Settings(BaseSettings):
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
-    api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default, at least 16 characters")
+    api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default; placeholders, repeats and tokens "
+        "under ~80 bits of estimated strength are refused")
     api_token_file: Path | None = Field(None, description="a file whose first line is the bearer token (instead of --api-token)")
     allow_anonymous_writes: bool = Field(False, description="accept POST /v1/events without a token when none is configured")
     protect_reads: bool = Field(False, description="reads need the bearer token too")
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field((), description="origins that browsers may call the API from, comma-separated (default: none)")
+    max_connections: int = Field(
+        2048, ge=16, le=1_000_000,
+        description="open API connections at most; at the cap a new one evicts the longest idle, or gets 503 when all are busy "
+        "(lowered to fit the process's file descriptor limit, with a reserve for the pipeline)",
+    )
+    max_header_bytes: int = Field(32 * 1024, ge=1024, le=1024 * 1024, description="request line and headers at most, e.g. 32KiB; past it 431")
+    header_timeout: float = Field(10.0, gt=0, description="a request's line and headers must arrive within this, e.g. 10s; past it 408")
+    keep_alive_timeout: float = Field(5.0, gt=0, description="an API connection with no request in flight is closed after this idle time, e.g. 5s")
+    send_timeout: float = Field(30.0, gt=0, description="an API connection whose client takes none of the bytes sent to it for this long is dropped (a stream client that stopped reading)")
+    max_streams: int = Field(1000, ge=1, description="open /v1/stream connections at most (never more than half of the connections: streams do not end by themselves); the last tenth is kept for the dashboard's own origin and authenticated clients")
+    max_concurrent_writes: int = Field(4, ge=1, le=256, description="POST /v1/events requests processed at once; more get 503 with Retry-After")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
@@ -110,10 +171,17 @@ class Settings(BaseSettings):
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
-    @field_validator("epoch_interval", mode="before")
+    @field_validator("epoch_interval", "header_timeout", "keep_alive_timeout", "send_timeout", mode="before")
     @classmethod
     def _duration(cls, v):
         return parse_duration(v)
+
+    @field_validator("max_header_bytes", mode="before")
+    @classmethod
+    def _bytes(cls, v):
+        from pulsegraph.memory import parse_size
+
+        return parse_size(v) if isinstance(v, str) else v
 
     @field_validator("memory_limit", mode="before")
     @classmethod

@@ -31,7 +31,7 @@ from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.results_topic import ResultPublisher
-from pulsegraph.settings import Settings
+from pulsegraph.settings import Settings, drop_secrets_from_environment
 from snapshots.checkpoint import CheckpointStore, Manifest
 from snapshots.coordinator import EpochCoordinator
 from snapshots.epoch import EpochLog
@@ -63,18 +63,31 @@ TEARDOWN_TIMEOUT_S = 30.0
 
 
 def init_ray(settings: Settings) -> None:
-    """Join the cluster at ``--ray-address``, or start the embedded Ray instance; nothing if already joined."""
+    """Join the cluster at ``--ray-address``, or start the embedded Ray instance; nothing if already joined.
+
+    Every process Ray starts inherits this one's environment (the GCS and raylets from it, the workers
+    from the raylet), so the secrets the settings read from it are dropped from it first: no actor
+    needs the API token. The embedded instance is one node on this machine: it listens on loopback
+    only, and runs without what the service does not use (the dashboard, usage reports, metrics export).
+    """
     if ray.is_initialized():
         return
+    drop_secrets_from_environment()
     if settings.ray_address:
         ray.init(address=settings.ray_address, logging_level=logging.WARNING)
         return
+    _loopback_node()
+    # Usage reports go to Ray's servers once an hour unless told not to; an embedded instance never phones home
+    # (an operator who sets the variable decides otherwise).
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(
         address="local",
         num_cpus=max(settings.num_cpus or os.cpu_count() or 1, MIN_LOCAL_CPUS),
         object_store_memory=OBJECT_STORE_BYTES,
         include_dashboard=False,
         logging_level=logging.WARNING,
+        # The service has its own /metrics; Ray's per-worker metrics export would only cost CPU.
+        _system_config={"enable_metrics_collection": False},
     )
 
 
@@ -84,6 +97,19 @@ def _summed(*counts: dict[str, int]) -> dict[str, int]:
         for k, n in c.items():
             out[k] = out.get(k, 0) + n
     return out
+
+
+def _loopback_node() -> None:
+    """Make the embedded Ray node's address 127.0.0.1, so that its GCS, raylet, workers, runtime-env agent
+    and autoscaler metrics bind loopback only (Ray binds its servers to the node's address, or every
+    interface). ``ray.init(_node_ip_address="127.0.0.1")`` cannot do it: Ray swaps a loopback address
+    for the machine's outward one. Ray uses loopback itself where it does not run clusters (its
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` switch, read when ray is imported); the switch is set here
+    for this instance. tests/pulsegraph/test_exposure.py checks what listens where, so a Ray that
+    changes this fails there, not silently."""
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def alive_nodes() -> int:

@@ -11,6 +11,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.edge import server_config
 from ingest.eventlog import EventLog
 from ingest.transforms import get_transform
 from pulsegraph.settings import Settings
@@ -57,7 +58,7 @@ def free_port() -> int:
 def server(pipeline):
     """A real uvicorn server over the pipeline, in a thread: for the browser and the event stream."""
     port = free_port()
-    config = uvicorn.Config(app_for(pipeline, api_token=TOKEN), host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+    config = server_config(app_for(pipeline, api_token=TOKEN), "127.0.0.1", port, log_level="warning", timeout_graceful_shutdown=1)
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, name="test-api-server", daemon=True)
     thread.start()

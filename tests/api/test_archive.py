@@ -114,3 +114,42 @@ def test_the_store_serves_archived_scores_but_never_an_archived_graph(tmp_path):
         store.graph.neighbors(0, "out", 3)
     assert err.value.code == "graph_not_retained"
     assert store.components.covers(4) and not store.components.covers(3)
+
+
+def test_an_epoch_whose_write_failed_is_written_first_when_the_disk_is_back(tmp_path, caplog):
+    """A real fault: the archive's folder is replaced by a file, so writing under it fails (ENOTDIR)."""
+    a = archived(tmp_path, [1, 2])
+    aside = tmp_path / "results-aside"
+    a.root.rename(aside)
+    a.root.write_bytes(b"not a folder")
+    a.save([result(3)])
+    a.save([result(4)])
+    assert "epoch 3 not kept on disk yet (2 waiting)" in caplog.text and a.latest == 2
+    a.root.unlink()
+    aside.rename(a.root)
+    a.save([result(5)])
+    assert a.latest == 5
+    assert sorted(p.name for p in a.root.iterdir()) == [f"epoch-{e:012d}.res" for e in (1, 2, 3, 4, 5)]
+    older = ResultArchive(a.root, 100).history_before(result(6, full=True))
+    assert [r.epoch for r in older] == [1, 2, 3, 4, 5], "no gap for a restart to find"
+
+
+def test_an_archived_epoch_holds_one_file_descriptor(tmp_path):
+    """Each memory map holds its file open: one map per epoch file, not one per array."""
+    import os
+
+    a = archived(tmp_path, list(range(1, 31)))
+    mapped = [a.mapped(e) for e in range(1, 31)]
+    arrays = [m[0].scores["pagerank"].sum() + m[0].out_degree.sum() for m in mapped if m is not None]
+    assert len(arrays) == 30
+
+    def held() -> int:  # descriptors of this process open on the archive's files (others come and go in other threads)
+        out = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out += os.readlink(f"/proc/self/fd/{fd}").startswith(str(a.root))
+            except OSError:
+                pass
+        return out
+
+    assert held() == 30

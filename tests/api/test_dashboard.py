@@ -126,3 +126,21 @@ def test_topics_panel_and_path_finder_render(browser, server):
     page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-apps.png"), full_page=True)
     assert errors == []
     page.close()
+
+
+def test_the_api_docs_load_from_this_server_only(browser, server):
+    """Issue 16: Swagger UI's files come from the package, under a policy that pins the page's one inline script."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    requested: list[str] = []
+    problems: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.goto(server + "/docs")
+    operations = page.locator(".opblock")
+    wait_until(lambda: operations.count() >= 15, what="Swagger UI listing the operations")
+    assert page.locator(".info .title").inner_text().startswith("pulsegraph")
+    elsewhere = [u for u in requested if not u.startswith(server) and not u.startswith("data:")]
+    assert elsewhere == [], f"the docs page fetched {elsewhere}"
+    assert problems == [], problems  # a blocked script or a policy violation shows up here
+    page.close()

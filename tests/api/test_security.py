@@ -10,7 +10,7 @@ from api.app import create_app
 from api.store import ResultStore
 from pulsegraph.settings import Settings
 
-TOKEN = "s3cr3t-but-not-a-placeholder-42"
+TOKEN = "hT3v_QwYz8pL0cR5nK2mX9aB7dF4gJ6s-Ue1"  # random, as an operator would generate it
 
 
 def client(**kwargs) -> tuple[TestClient, list]:
@@ -69,14 +69,33 @@ def test_dashboard_is_served_with_a_strict_policy():
     assert c.get("/static/app.js").status_code == 200
 
 
-@pytest.mark.parametrize("bad", ["changeme", "CHANGEME", "password", "your-token-here", "xxxxxxxxxxxxxxxxxxxx", "short-token"])
-def test_placeholder_and_short_tokens_are_refused(bad, tmp_path):
-    with pytest.raises(ValidationError):
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "changeme", "CHANGEME", "password", "your-token-here", "xxxxxxxxxxxxxxxxxxxx", "short-token",
+        # Issue 16: long enough, and still guessable.
+        "abcdabcdabcdabcd", "password12345678", "qwertyuiopasdfghjkl", "correcthorsebatterystaple", "pulsegraph-api-token-2026",
+        "s3cr3t-but-not-a-placeholder-42",
+    ],
+)
+def test_placeholder_short_and_guessable_tokens_are_refused(bad, tmp_path):
+    with pytest.raises(ValidationError) as err:
         Settings(api_token=bad)
+    assert "secrets.token_urlsafe(32)" in str(err.value), "the message shows how to make a good one"
+    assert bad not in str(err.value), "and never repeats the token"
     f = tmp_path / "token"
     f.write_text(bad + "\n")
     with pytest.raises(ValidationError):
         Settings(api_token_file=f)
+
+
+def test_random_tokens_are_accepted():
+    import secrets
+
+    for token in (secrets.token_urlsafe(32), secrets.token_hex(20), secrets.token_urlsafe(64) * 3 + "x"):
+        assert Settings(api_token=token).bearer_token() == token
+    with pytest.raises(ValidationError):
+        Settings(api_token=secrets.token_urlsafe(48) * 2)  # one random piece, twice: a repeat
 
 
 def test_token_settings(tmp_path):

@@ -1,0 +1,216 @@
+"""The arithmetic of the reads: what each route computes from the store, as plain functions of it.
+
+Owns the answers' numbers (ranks, movers, trends, neighbor order, usage points); knows nothing of HTTP
+beyond raising the API's errors for what is not there. Everything is read from the
+:class:`~api.store.ResultStore` in memory (or its memory-mapped archive): no actor is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from api.exceptions import ApiError, NotFound
+from api.store import EpochView, ResultStore, mover_items
+from ingest.events import WEIGHT_SCALE
+
+
+def view_with(store: ResultStore, epoch: int | None, algo: str | None = None) -> EpochView:
+    view = store.get(epoch)
+    if algo is not None and algo not in view.result.scores:
+        # The schema's enum turned away unknown names; this epoch was ranked without this one.
+        raise NotFound(f"epoch {view.result.epoch} has no {algo} scores (it has: {', '.join(view.result.scores)})",
+                       code="algo_not_in_epoch")
+    return view
+
+
+def vertex_in(store: ResultStore, view: EpochView, name: str) -> int:
+    i = store.vertex_id(name)
+    if i >= view.result.vertices:
+        raise NotFound(f"vertex {name!r} is not in epoch {view.result.epoch}", code="vertex_not_found")
+    return i
+
+
+def top_body(store: ResultStore, k: int, algo: str, epoch: int | None, quiet: bool = False) -> bytes | None:
+    """The top ``k`` of ``algo`` as the route's JSON, from the items encoded once per epoch; with ``quiet``,
+    None where the route would answer an error (the fast path hands those to the route)."""
+    try:
+        view = view_with(store, epoch, algo)
+    except ApiError:
+        if quiet:
+            return None
+        raise
+    items = view.top_items(algo, store.names)[:k]
+    # The certificate of these k: the epoch's proven error bound, and whether it proves their order.
+    bound = view.result.bound(algo)
+    m = min(view.certified_ranks(algo), len(items))
+    cert = b'"error_bound":%s,"certified":%s,"certified_ranks":%d' % (
+        orjson.dumps(bound), b"true" if bound is not None and m == len(items) else b"false", m,
+    )
+    return b'{"epoch":%d,"algo":%s,%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), cert, b",".join(items))
+
+
+def apps_of(view: EpochView, name: str) -> dict:
+    got = (getattr(view.result, "apps", None) or {}).get(name)
+    if got is None:
+        raise NotFound(f"epoch {view.result.epoch} has no {name}", code="app_not_in_epoch")
+    return got
+
+
+def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
+    e, n = view.result.epoch, view.result.vertices
+    if "components" not in (getattr(view.result, "apps", None) or {}) or not store.components.covers(e):
+        return None  # the application is off, or the epoch is from before a restart (labels not archived)
+    label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
+    if label < 0:
+        return None
+    size = int(np.count_nonzero(store.components.row(e, 0, n) == label))
+    return {"id": store.names[label], "size": size}
+
+
+def vertex(store: ResultStore, name: str, epoch: int | None) -> dict:
+    view = store.get(epoch)
+    i = vertex_in(store, view, name)
+    r = view.result
+    return {
+        "vertex": name,
+        "epoch": r.epoch,
+        "out_degree": int(r.out_degree[i]),
+        "in_degree": int(r.in_degree[i]),
+        "scores": {algo: float(s[i]) for algo, s in r.scores.items()},
+        "component": component_of(store, view, i),
+    }
+
+
+def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:
+    view_with(store, None, algo)
+    i = store.vertex_id(name)
+    items = []
+    for v in store.recent(limit):
+        ranks = v.ranks.get(algo)
+        if ranks is None or i >= len(ranks):
+            continue
+        items.append({"epoch": v.result.epoch, "score": float(v.result.scores[algo][i]), "rank": int(ranks[i])})
+    items.reverse()
+    return {"vertex": name, "algo": algo, "items": items}
+
+
+def neighbors(store: ResultStore, name: str, direction: str, type: str | None, limit: int, epoch: int | None) -> dict:
+    view = store.get(epoch)
+    i = vertex_in(store, view, name)
+    other, et, mult, weight = store.graph.neighbors(i, direction, view.result.epoch)
+    types = store.types
+    if type is not None:
+        t = types.index(type) if type in types else -1
+        keep = et == t
+        other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
+    order = np.lexsort((other, -mult, -weight))[:limit]
+    names = store.names
+    items = [
+        {"vertex": names[o], "type": types[t] if t < len(types) else str(t), "weight": w / WEIGHT_SCALE, "multiplicity": m}
+        for o, t, m, w in zip(other[order].tolist(), et[order].tolist(), mult[order].tolist(), weight[order].tolist())
+    ]
+    return {"vertex": name, "epoch": view.result.epoch, "direction": direction, "items": items}
+
+
+def _default_from(b: EpochView) -> int:
+    """The ranked epoch before ``b`` (the one it follows, past the epochs it merged)."""
+    return b.previous.result.epoch if b.previous is not None else b.result.epoch - 1
+
+
+def movers(store: ResultStore, algo: str, from_: int | None, to: int | None, k: int) -> dict:
+    """The vertices whose rank rose and fell most from ``from_`` to ``to`` (any two retained epochs, either order)."""
+    b = view_with(store, to, algo)
+    to_e = b.result.epoch
+    from_e = from_ if from_ is not None else _default_from(b)
+    a = view_with(store, from_e, algo)
+    rising, falling = mover_items(a.ranks[algo], b.ranks[algo], b.result.scores[algo], store.names, k)
+    return {"algo": algo, "from": from_e, "to": to_e, "rising": rising, "falling": falling}
+
+
+def topics(store: ResultStore, sort: str, k: int, epoch: int | None) -> dict:
+    view = store.get(epoch)
+    t = apps_of(view, "topics")
+    tags = t["tags"]
+    if sort == "controversy":
+        order = np.arange(len(tags))  # published in this order
+    else:
+        key = t["usage"] if sort == "usage" else t["users"]
+        order = np.lexsort((tags, -key))
+    names = store.names
+    items = []
+    for i in order[:k].tolist():
+        curve = t["curve"][i]
+        items.append({
+            "hashtag": names[int(tags[i])], "usage": int(t["usage"][i]), "users": int(t["users"][i]),
+            "persistence": float(t["persistence"][i]),
+            "curve": [None if np.isnan(x) else float(x) for x in curve.tolist()],
+            "exposed": [int(x) for x in t["reached"][i].tolist()],
+        })
+    return {"epoch": view.result.epoch, "as_of": int(t.get("as_of", view.result.epoch)), "sort": sort, "items": items}
+
+
+def components(store: ResultStore, k: int, epoch: int | None) -> dict:
+    view = store.get(epoch)
+    c = apps_of(view, "components")
+    names = store.names
+    items = [
+        {"rank": r + 1, "id": names[v], "size": int(sz)}
+        for r, (v, sz) in enumerate(zip(c["top"][:k].tolist(), c["top_sizes"][:k].tolist()))
+    ]
+    return {"epoch": view.result.epoch, "count": int(c["count"]), "items": items}
+
+
+def usage_of(view: EpochView) -> dict[int, int]:
+    t = (getattr(view.result, "apps", None) or {}).get("trends")
+    if t is None:
+        raise NotFound(f"epoch {view.result.epoch} has no trends", code="app_not_in_epoch")
+    return dict(zip(t["tags"].tolist(), t["usage"].tolist()))
+
+
+def trends(store: ResultStore, from_: int | None, to: int | None, k: int) -> dict:
+    """The hashtags whose usage rank rose and fell most from ``from_`` to ``to``, in the movers form."""
+    b = store.get(to)
+    to_e = b.result.epoch
+    from_e = from_ if from_ is not None else _default_from(b)
+    a = store.get(from_e)
+    ua, ub = usage_of(a), usage_of(b)
+    tags = np.array(sorted(set(ua) | set(ub)), dtype=np.int64)
+    u1 = np.array([ua.get(t, 0) for t in tags.tolist()], dtype=np.int64)
+    u2 = np.array([ub.get(t, 0) for t in tags.tolist()], dtype=np.int64)
+    r1, r2 = np.empty(len(tags), np.int64), np.empty(len(tags), np.int64)
+    r1[np.lexsort((tags, -u1))] = np.arange(1, len(tags) + 1)
+    r2[np.lexsort((tags, -u2))] = np.arange(1, len(tags) + 1)
+    change = r1 - r2
+    names = store.names
+
+    def pick(sign: int) -> list[dict]:
+        c = change * sign
+        cand = np.flatnonzero(c > 0)
+        cand = cand[np.lexsort((r2[cand], -c[cand]))][:k]
+        return [
+            {"vertex": names[int(tags[i])], "from_rank": int(r1[i]), "to_rank": int(r2[i]), "change": int(change[i]),
+             "score": float(u2[i]), "usage_from": int(u1[i]), "usage_to": int(u2[i])}
+            for i in cand.tolist()
+        ]
+
+    return {"from": from_e, "to": to_e, "rising": pick(1), "falling": pick(-1)}
+
+
+def usage(store: ResultStore, tag: str, limit: int) -> dict:
+    """A hashtag's usage up to each of the last ``limit`` retained epochs, oldest first, and what each added."""
+    i = store.vertex_id(tag)
+    points: list[dict[str, Any]] = []
+    for v in store.recent(limit):
+        t = (getattr(v.result, "apps", None) or {}).get("trends")
+        if t is None or i >= v.result.vertices:
+            continue
+        pos = np.searchsorted(t["tags"], i)
+        used = int(t["usage"][pos]) if pos < len(t["tags"]) and t["tags"][pos] == i else 0
+        points.append({"epoch": v.result.epoch, "usage": used})
+    points.reverse()
+    for prev, p in zip([None, *points], points):
+        p["new"] = p["usage"] - prev["usage"] if prev is not None and prev["epoch"] == p["epoch"] - 1 else None
+    return {"hashtag": tag, "items": points}

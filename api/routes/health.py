@@ -1,0 +1,31 @@
+"""``/health``: liveness, what is connected, and the API's own bounds (always open)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import JSON, Context, Ctx
+from api.models import Health
+
+# /health names a bound as saturated from this share of it on: the pushback is near.
+SATURATED = 0.9
+
+router = APIRouter()
+
+
+def edge_stats(ctx: Context) -> dict:
+    """The API's own bounds, what is in use and what was refused; `saturated` names those at 90% or more."""
+    got: dict = {"connections": ctx.edge.stats(), "streams": ctx.broadcaster.stats(), "writes": dict(ctx.writes)}
+    use = {"connections": got["connections"]["open"], "streams": got["streams"]["open"], "writes": ctx.writes["in_flight"]}
+    got["saturated"] = [k for k, n in use.items() if n >= SATURATED * got[k]["max"]]
+    return got
+
+
+@router.get("/health", response_model=Health, summary="liveness and what is connected")
+async def health(ctx: Ctx) -> JSON:
+    body: dict = {"status": "ok", "epoch": ctx.store.latest_epoch, "writes": ctx.auth.writes, "events_sink": ctx.events_sink is not None}
+    if ctx.status is not None:
+        # "degraded" while the ingest is disconnected, recovering or failed; the API itself still serves.
+        body.update(ctx.status())
+    body["edge"] = edge_stats(ctx)
+    return JSON(body)

@@ -1,0 +1,29 @@
+"""``/v1/topics``: hashtags with their K-exposure curves (issue 6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from api import queries
+from api.deps import JSON, EpochQ, Store, errors
+from api.models import TopicList
+
+# A list computed per epoch: bounded by what the epoch carries.
+MAX_TOPICS = 1000
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/topics", response_model=TopicList, responses=errors(404),
+    summary="hashtags with their K-exposure curves, most controversial (persistent) first",
+)
+def topics(
+    store: Store,
+    sort: Literal["controversy", "usage", "users"] = "controversy",
+    k: Annotated[int, Query(ge=1, le=MAX_TOPICS)] = 20,
+    epoch: EpochQ = None,
+) -> JSON:
+    return JSON(queries.topics(store, sort, k, epoch))
