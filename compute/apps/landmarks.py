@@ -25,14 +25,14 @@ from typing import Callable
 
 import numpy as np
 
-from compute.apps.base import INF, AppDelta, AppGraph, Application, expand
+from compute.apps.base import INF, AppDelta, AppGraph, Application, Neighbors
 
 # Published distances are uint16; a hop count this large (or INF) reads as unreachable.
 UNREACHABLE = np.uint16(65535)
 
 
-def bfs(indptr: np.ndarray, indices: np.ndarray, source: int, n: int) -> np.ndarray:
-    """Hop distances from ``source`` along the CSR's rows (int32, ``INF`` where unreachable)."""
+def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
+    """Hop distances from ``source`` along ``adj``'s rows (int32, ``INF`` where unreachable)."""
     dist = np.full(n, INF, dtype=np.int32)
     if not 0 <= source < n:
         return dist
@@ -41,14 +41,14 @@ def bfs(indptr: np.ndarray, indices: np.ndarray, source: int, n: int) -> np.ndar
     level = 0
     while len(frontier):
         level += 1
-        nbrs, _ = expand(indptr, indices, frontier)
+        nbrs, _ = adj.neighbors(frontier)
         nbrs = np.unique(nbrs[dist[nbrs] == INF])
         dist[nbrs] = level
         frontier = nbrs
     return dist
 
 
-def relax(indptr: np.ndarray, indices: np.ndarray, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
+def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
     """Lower ``dist`` in place where the new paths through ``seeds`` (reached at ``seed_dist``) are shorter."""
     better = seed_dist < dist[seeds]
     if not better.any():
@@ -57,7 +57,7 @@ def relax(indptr: np.ndarray, indices: np.ndarray, dist: np.ndarray, seeds: np.n
     np.minimum.at(dist, seeds, seed_dist.astype(np.int32))
     frontier = np.unique(seeds)
     while len(frontier):
-        nbrs, owner = expand(indptr, indices, frontier)
+        nbrs, owner = adj.neighbors(frontier)
         cand = dist[frontier][owner] + 1
         improves = cand < dist[nbrs]
         if not improves.any():
@@ -89,16 +89,16 @@ class Landmarks(Application):
         n = graph.n
         scores = graph.scores.get(self.score)
         if scores is None or len(scores) < n:
-            scores = np.diff(graph.in_indptr).astype(np.float64)  # before any ranking: in-degree
+            scores = graph.in_degree().astype(np.float64)  # before any ranking: in-degree
         scores = np.asarray(scores[:n], dtype=np.float64)
-        has_edge = (np.diff(graph.out_indptr) + np.diff(graph.in_indptr)) > 0
+        has_edge = (graph.out_degree() + graph.in_degree()) > 0
         cand = np.flatnonzero(has_edge)
         order = cand[np.lexsort((cand, -scores[cand]))]
         return order[: self.count].astype(np.int64)
 
     def _fresh(self, graph: AppGraph, l: int) -> tuple[np.ndarray, np.ndarray]:
         self.bfs_runs += 2
-        return (bfs(graph.out_indptr, graph.out_indices, l, graph.n), bfs(graph.in_indptr, graph.in_indices, l, graph.n))
+        return bfs(graph.out, l, graph.n), bfs(graph.inn, l, graph.n)
 
     def initialize(self, graph: AppGraph) -> LandmarkState:
         ids = self.choose(graph)
@@ -143,14 +143,14 @@ class Landmarks(Application):
             df, dt = dist_from[j], dist_to[j]
             if len(ds) and bool(np.any((df[ds] < INF) & (df[dd] == df[ds] + 1))):
                 self.bfs_runs += 1
-                dist_from[j] = bfs(graph.out_indptr, graph.out_indices, l, n)
+                dist_from[j] = bfs(graph.out, l, n)
             elif len(is_):
-                relax(graph.out_indptr, graph.out_indices, df, id_, df[is_] + 1)
+                relax(graph.out, df, id_, df[is_] + 1)
             if len(ds) and bool(np.any((dt[dd] < INF) & (dt[ds] == dt[dd] + 1))):
                 self.bfs_runs += 1
-                dist_to[j] = bfs(graph.in_indptr, graph.in_indices, l, n)
+                dist_to[j] = bfs(graph.inn, l, n)
             elif len(is_):
-                relax(graph.in_indptr, graph.in_indices, dt, is_, dt[id_] + 1)
+                relax(graph.inn, dt, is_, dt[id_] + 1)
         return LandmarkState(ids, dist_from, dist_to, rechosen)
 
     def publish(self, state: LandmarkState) -> dict:
