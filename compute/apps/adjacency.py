@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import scipy.sparse as sp
 
 from compute.exceptions import ComputeError
 from compute.graph import EdgeChanges, GlobalGraph
@@ -93,6 +94,18 @@ class RowTable:
         keys = pack(rows, cols)
         order = np.argsort(keys, kind="stable")
         t._set_base(n, keys[order] >> _SHIFT, keys[order] & _LOW, {k: np.asarray(v)[order] for k, v in (values or {}).items()})
+        return t
+
+    @classmethod
+    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, values: dict[str, np.ndarray] | None = None,
+                 **kw) -> RowTable:
+        """A table of a CSR's entries (distinct, cols sorted within rows) over its rows."""
+        t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
+        t.n = len(indptr) - 1
+        t.ptr = np.asarray(indptr, dtype=np.int64)
+        t.col = np.asarray(indices, dtype=np.int32)
+        t.alive = np.ones(len(t.col), dtype=bool)
+        t.vals = {k: np.asarray(v, dtype=t.dtypes[k]) for k, v in (values or {}).items()}
         return t
 
     def _set_base(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: dict[str, np.ndarray]) -> None:
@@ -332,13 +345,17 @@ class AppAdjacency:
         self.builds += 1
         n = g.n
         src, dst, _ = g._live()
-        keys, count = np.unique(pack(src, dst), return_counts=True)
-        rows, cols = keys >> _SHIFT, keys & _LOW
-        self.out = RowTable.from_entries(n, rows, cols, {"count": count.astype(np.int32)}, **self._kw)
-        self.inn = RowTable.from_entries(n, cols, rows, {"count": count.astype(np.int32)}, **self._kw)
+        # SciPy's COO -> CSR is a counting sort by row (O(edges + vertices)), then a sort within rows.
+        m = sp.csr_matrix((np.ones(len(src), dtype=np.int32), (src, dst)), shape=(n, n))
+        m.sum_duplicates()
+        m.sort_indices()
+        t = m.T.tocsr()
+        t.sort_indices()
+        self.out = RowTable.from_csr(m.indptr, m.indices, {"count": m.data}, **self._kw)
+        self.inn = RowTable.from_csr(t.indptr, t.indices, {"count": t.data}, **self._kw)
         self._out_deg, self._in_deg = Column(np.int32), Column(np.int32)
-        self._out_deg.extend(np.bincount(rows, minlength=n).astype(np.int32))
-        self._in_deg.extend(np.bincount(cols, minlength=n).astype(np.int32))
+        self._out_deg.extend(np.diff(m.indptr).astype(np.int32))
+        self._in_deg.extend(np.diff(t.indptr).astype(np.int32))
         self.n = n
         for name in list(self._typed):
             self._typed[name] = self._typed_from(g, name)

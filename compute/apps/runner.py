@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from compute.apps.adjacency import COMPACT_FRACTION, AppAdjacency
+from compute.apps.adjacency import COMPACT_FRACTION, COMPACT_MIN, AppAdjacency
 from compute.apps.base import AppDelta, AppGraph, Application
 from compute.apps.components import Components
 from compute.apps.exposure import Exposure
@@ -36,6 +36,7 @@ class AppConfig:
     topics_budget: float | None = None  # None: recount the exposure curves every epoch
     # The adjacency's overlay may reach this share of its base before it is rebuilt (compute.apps.adjacency).
     compact_fraction: float = COMPACT_FRACTION
+    compact_min: int = COMPACT_MIN
     # True: build the adjacency from the graph every epoch, as before it was kept (the reference
     # path: tests and bench/replay.py --rebuild-apps compare with it).
     rebuild_every_epoch: bool = False
@@ -65,7 +66,8 @@ class Applications:
         t0 = time.perf_counter()
         adj = self.adjacency
         if adj is None or full or self.config.rebuild_every_epoch:
-            adj = self.adjacency = AppAdjacency.from_graph(g, compact_fraction=self.config.compact_fraction)
+            c = self.config
+            adj = self.adjacency = AppAdjacency.from_graph(g, compact_fraction=c.compact_fraction, compact_min=c.compact_min)
         else:
             adj.apply(g, changes, before)
         graph = AppGraph(g, epoch, adj, dict(scores or {}))
