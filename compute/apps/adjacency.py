@@ -65,8 +65,10 @@ def pack(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 class RowTable:
     """Distinct ``(row, col)`` entries with value columns, read row by row (see the module docstring).
 
-    ``ptr`` and ``col`` of a base are never written once built (a compaction replaces them), so
-    a reader on another thread may keep them; ``alive`` and the value columns change in place."""
+    The base holds its entries' keys (``row << 32 | col``, sorted: a lookup is one binary search)
+    and a row pointer into them (a frontier row's entries in O(1)). ``ptr`` and ``key`` of a base
+    are never written once built (a compaction replaces them), so a reader on another thread may
+    keep them; ``alive`` and the value columns change in place."""
 
     def __init__(self, values: dict[str, type | np.dtype] | None = None, compact_fraction: float = COMPACT_FRACTION,
                  compact_min: int = COMPACT_MIN) -> None:
@@ -75,7 +77,7 @@ class RowTable:
         self.compact_min = compact_min
         self.n = 0  # rows addressable; the base covers the first len(ptr) - 1 of them
         self.ptr = np.zeros(1, dtype=np.int64)
-        self.col = np.zeros(0, dtype=np.int32)
+        self.key = np.zeros(0, dtype=np.int64)
         self.alive = np.zeros(0, dtype=bool)
         self.vals = {k: np.zeros(0, dtype=dt) for k, dt in self.dtypes.items()}
         self.dead = 0
@@ -93,7 +95,7 @@ class RowTable:
         t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
         keys = pack(rows, cols)
         order = np.argsort(keys, kind="stable")
-        t._set_base(n, keys[order] >> _SHIFT, keys[order] & _LOW, {k: np.asarray(v)[order] for k, v in (values or {}).items()})
+        t._set_base(n, keys[order], {k: np.asarray(v)[order] for k, v in (values or {}).items()})
         return t
 
     @classmethod
@@ -101,20 +103,22 @@ class RowTable:
                  **kw) -> RowTable:
         """A table of a CSR's entries (distinct, cols sorted within rows) over its rows."""
         t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
-        t.n = len(indptr) - 1
+        n = len(indptr) - 1
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        t.n = n
         t.ptr = np.asarray(indptr, dtype=np.int64)
-        t.col = np.asarray(indices, dtype=np.int32)
-        t.alive = np.ones(len(t.col), dtype=bool)
+        t.key = pack(rows, indices)
+        t.alive = np.ones(len(t.key), dtype=bool)
         t.vals = {k: np.asarray(v, dtype=t.dtypes[k]) for k, v in (values or {}).items()}
         return t
 
-    def _set_base(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: dict[str, np.ndarray]) -> None:
-        """The base from entries sorted by (row, col); the overlay is emptied."""
+    def _set_base(self, n: int, keys: np.ndarray, vals: dict[str, np.ndarray]) -> None:
+        """The base from sorted keys and their values; the overlay is emptied."""
         self.n = max(self.n, n)
         self.ptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=self.n), out=self.ptr[1:])
-        self.col = cols.astype(np.int32)
-        self.alive = np.ones(len(cols), dtype=bool)
+        np.cumsum(np.bincount(keys >> _SHIFT, minlength=self.n), out=self.ptr[1:])
+        self.key = keys
+        self.alive = np.ones(len(keys), dtype=bool)
         self.vals = {k: np.asarray(vals[k], dtype=dt) for k, dt in self.dtypes.items()}
         self.dead = 0
         self.ov_key = np.zeros(0, dtype=np.int64)
@@ -130,7 +134,7 @@ class RowTable:
     @property
     def nnz(self) -> int:
         """Live entries."""
-        return len(self.col) - self.dead + len(self.ov_key)
+        return len(self.key) - self.dead + len(self.ov_key)
 
     @property
     def overlay(self) -> int:
@@ -138,118 +142,106 @@ class RowTable:
 
     # -- finding ------------------------------------------------------------------------------
 
-    def _find_base(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Position of each (row, col) in the base, alive or dead (-1: not there); a binary search within each row."""
-        out = np.full(len(rows), -1, dtype=np.int64)
-        nb = len(self.ptr) - 1
-        inside = np.flatnonzero(rows < nb)
-        if not len(inside) or not len(self.col):
-            return out
-        r, c = rows[inside], cols[inside].astype(np.int64)
-        lo, hi = self.ptr[r].copy(), self.ptr[r + 1].copy()
-        end = hi.copy()
-        idx = np.flatnonzero(lo < hi)
-        while len(idx):
-            mid = (lo[idx] + hi[idx]) >> 1
-            less = self.col[mid] < c[idx]
-            lo[idx[less]] = mid[less] + 1
-            hi[idx[~less]] = mid[~less]
-            idx = idx[lo[idx] < hi[idx]]
-        hit = lo < end
-        hit[hit] = self.col[lo[hit]] == c[hit]
-        out[inside[hit]] = lo[hit]
-        return out
-
-    def _find_overlay(self, keys: np.ndarray) -> np.ndarray:
-        """Position of each key in the overlay (-1: not there)."""
-        if not len(self.ov_key):
+    @staticmethod
+    def _find(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Position of each key in ``sorted_keys`` (-1: not there)."""
+        if not len(sorted_keys):
             return np.full(len(keys), -1, dtype=np.int64)
-        pos = np.searchsorted(self.ov_key, keys)
-        hit = pos < len(self.ov_key)
-        hit[hit] = self.ov_key[pos[hit]] == keys[hit]
+        pos = np.searchsorted(sorted_keys, keys)
+        hit = pos < len(sorted_keys)
+        hit[hit] = sorted_keys[pos[hit]] == keys[hit]
         return np.where(hit, pos, -1)
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in the base of a live entry, position in the overlay), -1 where not there."""
+        pb = self._find(self.key, keys)
+        inb = pb >= 0
+        inb[inb] = self.alive[pb[inb]]
+        pb = np.where(inb, pb, -1)
+        po = np.full(len(keys), -1, dtype=np.int64)
+        rest = np.flatnonzero(~inb)
+        if len(rest) and len(self.ov_key):
+            po[rest] = self._find(self.ov_key, keys[rest])
+        return pb, po
+
+    def value(self, found: tuple[np.ndarray, np.ndarray], name: str, default) -> np.ndarray:
+        """The ``name`` value at positions from :meth:`find` (``default`` where there is no entry)."""
+        pb, po = found
+        out = np.full(len(pb), default, dtype=self.dtypes[name])
+        b, o = pb >= 0, po >= 0
+        out[b] = self.vals[name][pb[b]]
+        out[o] = self.ov_vals[name][po[o]]
+        return out
 
     def get(self, rows: np.ndarray, cols: np.ndarray, name: str, default) -> np.ndarray:
         """The ``name`` value of each (row, col) entry (``default`` where there is none)."""
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        out = np.full(len(rows), default, dtype=self.dtypes[name])
-        pb = self._find_base(rows, cols)
-        inb = pb >= 0
-        inb[inb] = self.alive[pb[inb]]
-        out[inb] = self.vals[name][pb[inb]]
-        rest = np.flatnonzero(~inb)
-        if len(rest) and len(self.ov_key):
-            po = self._find_overlay(pack(rows[rest], cols[rest]))
-            hit = po >= 0
-            out[rest[hit]] = self.ov_vals[name][po[hit]]
-        return out
+        return self.value(self.find(pack(rows, cols)), name, default)
 
     # -- changing -----------------------------------------------------------------------------
 
+    def assign(self, keys: np.ndarray, live: np.ndarray, values: dict[str, np.ndarray] | None = None,
+               found: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Distinct, sorted ``keys`` become live with ``values`` (every column) where ``live``, and go (if
+        there) where not; ``found``: :meth:`find` of the same keys, when the caller has it already."""
+        if not len(keys):
+            return
+        values = values or {}
+        pb, po = self.find(keys) if found is None else found
+        self.grow(int((keys >> _SHIFT).max()) + 1)
+        # Base entries: alive or dead in place (a dead one may come back later, its slot still there).
+        b = np.flatnonzero(pb >= 0)
+        if len(b):
+            at, on = pb[b], live[b]
+            self.alive[at[~on]] = False
+            self.dead += int(np.count_nonzero(~on))
+            for k in self.dtypes:
+                self.vals[k][at[on]] = values[k][b[on]]
+        # Dead base entries that come back: not found live, but their key is in the base.
+        miss = np.flatnonzero((pb < 0) & (po < 0) & live)
+        if len(miss) and self.dead:
+            pd = self._find(self.key, keys[miss])
+            back = pd >= 0
+            at = pd[back]
+            self.alive[at] = True
+            self.dead -= len(at)
+            for k in self.dtypes:
+                self.vals[k][at] = values[k][miss[back]]
+            miss = miss[~back]
+        o = np.flatnonzero(po >= 0)
+        if len(o):
+            on = live[o]
+            for k in self.dtypes:
+                self.ov_vals[k][po[o[on]]] = values[k][o[on]]
+            drop = po[o[~on]]
+            if len(drop):
+                self.ov_key = np.delete(self.ov_key, drop)
+                for k in self.dtypes:
+                    self.ov_vals[k] = np.delete(self.ov_vals[k], drop)
+                self._ov_ptr = None
+        if len(miss):
+            at = np.searchsorted(self.ov_key, keys[miss])
+            self.ov_key = np.insert(self.ov_key, at, keys[miss])
+            for k in self.dtypes:
+                self.ov_vals[k] = np.insert(self.ov_vals[k], at, values[k][miss])
+            self._ov_ptr = None
+        if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.key)):
+            self.compact()
+
     def upsert(self, rows: np.ndarray, cols: np.ndarray, values: dict[str, np.ndarray] | None = None) -> None:
         """Set distinct entries live with ``values`` (every column of the table)."""
-        if not len(rows):
-            return
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        values = values or {}
-        self.grow(int(max(rows.max(), cols.max())) + 1)
-        pb = self._find_base(rows, cols)
-        inb = np.flatnonzero(pb >= 0)
-        if len(inb):
-            at = pb[inb]
-            self.dead -= int(np.count_nonzero(~self.alive[at]))
-            self.alive[at] = True
-            for k in self.dtypes:
-                self.vals[k][at] = values[k][inb]
-        rest = np.flatnonzero(pb < 0)
-        if len(rest):
-            keys = pack(rows[rest], cols[rest])
-            po = self._find_overlay(keys)
-            there = po >= 0
-            for k in self.dtypes:
-                self.ov_vals[k][po[there]] = values[k][rest[there]]
-            new = ~there
-            if new.any():
-                nk = keys[new]
-                order = np.argsort(nk, kind="stable")
-                nk = nk[order]
-                at = np.searchsorted(self.ov_key, nk)
-                self.ov_key = np.insert(self.ov_key, at, nk)
-                for k in self.dtypes:
-                    self.ov_vals[k] = np.insert(self.ov_vals[k], at, values[k][rest[new]][order])
-                self._ov_ptr = None
-        self._maybe_compact()
+        keys = pack(rows, cols)
+        order = np.argsort(keys)
+        self.assign(keys[order], np.ones(len(rows), dtype=bool), {k: np.asarray(v)[order] for k, v in (values or {}).items()})
 
     def remove(self, rows: np.ndarray, cols: np.ndarray) -> None:
         """Drop entries (those not there are ignored)."""
-        if not len(rows):
-            return
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        pb = self._find_base(rows, cols)
-        inb = pb >= 0
-        at = pb[inb]
-        at = at[self.alive[at]]
-        self.alive[at] = False
-        self.dead += len(np.unique(at))
-        rest = np.flatnonzero(~inb)
-        if len(rest) and len(self.ov_key):
-            po = self._find_overlay(pack(rows[rest], cols[rest]))
-            po = po[po >= 0]
-            if len(po):
-                self.ov_key = np.delete(self.ov_key, po)
-                for k in self.dtypes:
-                    self.ov_vals[k] = np.delete(self.ov_vals[k], po)
-                self._ov_ptr = None
-        self._maybe_compact()
-
-    def _maybe_compact(self) -> None:
-        if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.col)):
-            self.compact()
+        keys = np.unique(pack(rows, cols))
+        self.assign(keys, np.zeros(len(keys), dtype=bool), {k: np.zeros(len(keys), dt) for k, dt in self.dtypes.items()})
 
     def compact(self) -> None:
         """Rebuild the base from the live entries: no overlay, nothing dead."""
-        rows, cols, vals = self.entries(*self.dtypes)
-        self._set_base(self.n, rows, cols, dict(zip(self.dtypes, vals)))
+        keys, vals = self._merged(*self.dtypes)
+        self._set_base(self.n, keys, dict(zip(self.dtypes, vals)))
         self.compactions += 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -264,7 +256,7 @@ class RowTable:
         if self.dead and len(pos):
             keep = self.alive[pos]
             pos, owner = pos[keep], owner[keep]
-        cols = self.col[pos].astype(np.int64)
+        cols = self.key[pos] & _LOW
         if not len(self.ov_key) or not len(f):
             return cols, owner
         if self._ov_ptr is None and len(f) * _DENSE_FRONTIER >= self.n:
@@ -280,38 +272,38 @@ class RowTable:
             return cols, owner
         return np.concatenate([cols, self.ov_key[opos] & _LOW]), np.concatenate([owner, oown])
 
-    def entries(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new arrays."""
-        nb = len(self.ptr) - 1
-        rows = np.repeat(np.arange(nb, dtype=np.int64), np.diff(self.ptr))
-        cols = self.col.astype(np.int64)
+    def _merged(self, *names: str) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(keys, [values of each name]) of every live entry, sorted, as new arrays."""
+        keys = self.key
         vals = [self.vals[k] for k in names]
         if self.dead:
-            keep = self.alive
-            rows, cols, vals = rows[keep], cols[keep], [v[keep] for v in vals]
-        else:
-            vals = [v.copy() for v in vals]
+            keys, vals = keys[self.alive], [v[self.alive] for v in vals]
         if len(self.ov_key):
-            at = np.searchsorted((rows << _SHIFT) | cols, self.ov_key)
-            rows = np.insert(rows, at, self.ov_key >> _SHIFT)
-            cols = np.insert(cols, at, self.ov_key & _LOW)
+            at = np.searchsorted(keys, self.ov_key)
+            keys = np.insert(keys, at, self.ov_key)
             vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
-        return rows, cols, vals
+        elif not self.dead:
+            keys, vals = keys.copy(), [v.copy() for v in vals]
+        return keys, vals
+
+    def entries(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new arrays."""
+        keys, vals = self._merged(*names)
+        return keys >> _SHIFT, keys & _LOW, vals
 
     def csr(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(indptr over ``n`` rows, cols) of the live entries, cols sorted within rows; no copy of the base's
-        columns when nothing changed since it was built."""
+        """(indptr over ``n`` rows, cols) of the live entries, cols sorted within rows, as new arrays."""
         n = self.n if n is None else n
         nb = len(self.ptr) - 1
         if not self.dead and not len(self.ov_key) and n >= nb:
-            return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.col
-        rows, cols, _ = self.entries()
+            return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.key & _LOW
+        keys, _ = self._merged()
         ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
-        return ptr, cols
+        np.cumsum(np.bincount(keys >> _SHIFT, minlength=n), out=ptr[1:])
+        return ptr, keys & _LOW
 
     def nbytes(self) -> int:
-        arrays: list[np.ndarray] = [self.ptr, self.col, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
+        arrays: list[np.ndarray] = [self.ptr, self.key, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
         return sum(a.nbytes for a in arrays) + (self._ov_ptr.nbytes if self._ov_ptr is not None else 0)
 
 
@@ -326,7 +318,7 @@ class AppAdjacency:
         self._kw: dict = {"compact_fraction": compact_fraction, "compact_min": compact_min}
         self.n = 0
         self.out = RowTable({"count": np.int32}, **self._kw)
-        self.inn = RowTable({"count": np.int32}, **self._kw)
+        self.inn = RowTable(**self._kw)  # liveness only: the counts are read from ``out``
         self._out_deg = Column(np.int32)  # distinct pairs out of each vertex
         self._in_deg = Column(np.int32)
         self._typed: dict[str, RowTable] = {}  # by type name: the tables asked for so far
@@ -352,7 +344,7 @@ class AppAdjacency:
         t = m.T.tocsr()
         t.sort_indices()
         self.out = RowTable.from_csr(m.indptr, m.indices, {"count": m.data}, **self._kw)
-        self.inn = RowTable.from_csr(t.indptr, t.indices, {"count": t.data}, **self._kw)
+        self.inn = RowTable.from_csr(t.indptr, t.indices, **self._kw)
         self._out_deg, self._in_deg = Column(np.int32), Column(np.int32)
         self._out_deg.extend(np.diff(m.indptr).astype(np.int32))
         self._in_deg.extend(np.diff(t.indptr).astype(np.int32))
@@ -389,16 +381,19 @@ class AppAdjacency:
             keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
             diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)
             keys, diff = keys[diff != 0], diff[diff != 0]
-            rows, cols = keys >> _SHIFT, keys & _LOW
-            old = self.out.get(rows, cols, "count", 0).astype(np.int64)
+            found = self.out.find(keys)
+            old = self.out.value(found, "count", 0).astype(np.int64)
             new = old + diff
             if (new < 0).any():
                 raise ComputeError("a pair lost more live edges than the applications' adjacency held: the edge changes "
                                    "do not follow the kept state (a bug; a full delta rebuilds it)")
             live = new > 0
-            for table, a, b in ((self.out, rows, cols), (self.inn, cols, rows)):
-                table.upsert(a[live], b[live], {"count": new[live].astype(np.int32)})
-                table.remove(a[~live], b[~live])
+            count = new.astype(np.int32)
+            self.out.assign(keys, live, {"count": count}, found)
+            rows, cols = keys >> _SHIFT, keys & _LOW
+            back = pack(cols, rows)
+            order = np.argsort(back)
+            self.inn.assign(back[order], live[order])
             went = (old == 0).astype(np.int32) - (~live).astype(np.int32)
             np.add.at(self._out_deg.view, rows, went)
             np.add.at(self._in_deg.view, cols, went)
@@ -417,15 +412,12 @@ class AppAdjacency:
         sel = np.flatnonzero(changes.etype == t)
         if not len(sel):
             return
+        keys = pack(changes.src[sel], changes.dst[sel])
         # One state per edge is expected; keep the last if the same edge came twice.
-        _, last = np.unique(pack(changes.src[sel], changes.dst[sel])[::-1], return_index=True)
+        keys, last = np.unique(keys[::-1], return_index=True)
         sel = sel[len(sel) - 1 - last]
-        table = self._typed[etype]
-        live = changes.mult[sel] > 0
-        on, off = sel[live], sel[~live]
-        table.upsert(changes.src[on], changes.dst[on], {"mult": changes.mult[on].astype(np.int64),
-                                                        "first": changes.first_ts[on].astype(np.float64)})
-        table.remove(changes.src[off], changes.dst[off])
+        self._typed[etype].assign(keys, changes.mult[sel] > 0, {"mult": changes.mult[sel].astype(np.int64),
+                                                                 "first": changes.first_ts[sel].astype(np.float64)})
 
     def _grow(self, n: int) -> None:
         if n <= self.n:

@@ -105,7 +105,7 @@ def random_typed_epochs(seed: int, config: AppConfig, epochs: int = 40, n0: int 
         n += int(rng.integers(0, 4))
         edges: dict[tuple[str, str, str], int] = {}
 
-        def change(key, dm):
+        def change(key, dm, edges=edges):
             edges[key] = edges.get(key, 0) + dm
 
         for _ in range(int(rng.integers(1, 14))):
@@ -133,9 +133,12 @@ def random_typed_epochs(seed: int, config: AppConfig, epochs: int = 40, n0: int 
 def held(adj: AppAdjacency, n: int) -> dict:
     """Everything the applications can read of an adjacency, as plain lists."""
     out = {}
+    rows, cols, (count,) = adj.out.entries("count")
+    out["out"] = list(zip(rows.tolist(), cols.tolist(), count.tolist()))
+    rows, cols, _ = adj.inn.entries()
+    out["in"] = list(zip(rows.tolist(), cols.tolist()))
+    assert sorted(out["in"]) == sorted((d, s) for s, d, _ in out["out"])
     for name, table in (("out", adj.out), ("in", adj.inn)):
-        rows, cols, (count,) = table.entries("count")
-        out[name] = list(zip(rows.tolist(), cols.tolist(), count.tolist()))
         nbrs, owner = table.neighbors(np.arange(n))
         out[name + " rows"] = sorted(zip(owner.tolist(), nbrs.tolist()))
     out["degrees"] = (adj.out_degree().tolist(), adj.in_degree().tolist())
