@@ -317,7 +317,8 @@ class AppAdjacency:
     def __init__(self, compact_fraction: float = COMPACT_FRACTION, compact_min: int = COMPACT_MIN) -> None:
         self._kw: dict = {"compact_fraction": compact_fraction, "compact_min": compact_min}
         self.n = 0
-        self.out = RowTable({"count": np.int32}, **self._kw)
+        # A pair's count of live typed edges is at most the number of edge types (int16 ids).
+        self.out = RowTable({"count": np.int16}, **self._kw)
         self.inn = RowTable(**self._kw)  # liveness only: the counts are read from ``out``
         self._out_deg = Column(np.int32)  # distinct pairs out of each vertex
         self._in_deg = Column(np.int32)
@@ -343,17 +344,18 @@ class AppAdjacency:
         m.sort_indices()
         t = m.T.tocsr()
         t.sort_indices()
-        self.out = RowTable.from_csr(m.indptr, m.indices, {"count": m.data}, **self._kw)
+        self.out = RowTable.from_csr(m.indptr, m.indices, {"count": m.data.astype(np.int16)}, **self._kw)
         self.inn = RowTable.from_csr(t.indptr, t.indices, **self._kw)
         self._out_deg, self._in_deg = Column(np.int32), Column(np.int32)
         self._out_deg.extend(np.diff(m.indptr).astype(np.int32))
         self._in_deg.extend(np.diff(t.indptr).astype(np.int32))
         self.n = n
         for name in list(self._typed):
-            self._typed[name] = self._typed_from(g, name)
+            self._typed[name] = self._typed_from(g, name, bool(self._typed[name].dtypes))
 
-    def _typed_from(self, g: GlobalGraph, etype: str) -> RowTable:
-        """The live edges of one type, gathered from the shards' columns."""
+    def _typed_from(self, g: GlobalGraph, etype: str, values: bool) -> RowTable:
+        """The live edges of one type, gathered from the shards' columns (with their multiplicity and
+        first add time when ``values``)."""
         parts = []
         t = g._type_index.get(etype)
         if t is not None:
@@ -365,7 +367,8 @@ class AppAdjacency:
         else:
             s = d = m = np.zeros(0, np.int64)
             f = np.zeros(0, np.float64)
-        return RowTable.from_entries(g.n, s, d, {"mult": m.astype(np.int64), "first": f.astype(np.float64)}, **self._kw)
+        cols = {"mult": m.astype(np.int64), "first": f.astype(np.float64)} if values else {}
+        return RowTable.from_entries(g.n, s, d, cols, **self._kw)
 
     # -- each epoch -----------------------------------------------------------------------------
 
@@ -388,7 +391,7 @@ class AppAdjacency:
                 raise ComputeError("a pair lost more live edges than the applications' adjacency held: the edge changes "
                                    "do not follow the kept state (a bug; a full delta rebuilds it)")
             live = new > 0
-            count = new.astype(np.int32)
+            count = new.astype(np.int16)
             self.out.assign(keys, live, {"count": count}, found)
             rows, cols = keys >> _SHIFT, keys & _LOW
             back = pack(cols, rows)
@@ -407,7 +410,7 @@ class AppAdjacency:
         if changes.first_ts is None:
             # Hand-made changes without first add times: gather the type again rather than guess them.
             log.debug("edge changes carry no first add times: rebuilding the %s edges", etype)
-            self._typed[etype] = self._typed_from(g, etype)
+            self._typed[etype] = self._typed_from(g, etype, bool(self._typed[etype].dtypes))
             return
         sel = np.flatnonzero(changes.etype == t)
         if not len(sel):
@@ -416,8 +419,9 @@ class AppAdjacency:
         # One state per edge is expected; keep the last if the same edge came twice.
         keys, last = np.unique(keys[::-1], return_index=True)
         sel = sel[len(sel) - 1 - last]
-        self._typed[etype].assign(keys, changes.mult[sel] > 0, {"mult": changes.mult[sel].astype(np.int64),
-                                                                 "first": changes.first_ts[sel].astype(np.float64)})
+        table = self._typed[etype]
+        values = {"mult": changes.mult[sel].astype(np.int64), "first": changes.first_ts[sel].astype(np.float64)}
+        table.assign(keys, changes.mult[sel] > 0, {k: values[k] for k in table.dtypes})
 
     def _grow(self, n: int) -> None:
         if n <= self.n:
@@ -430,11 +434,13 @@ class AppAdjacency:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def typed(self, g: GlobalGraph, etype: str) -> RowTable:
-        """The live edges of ``etype`` (built from the graph on first use, kept from then on)."""
+    def typed(self, g: GlobalGraph, etype: str, values: bool = True) -> RowTable:
+        """The live edges of ``etype`` (built from the graph on first use, kept from then on), with the
+        value columns ``mult`` and ``first`` when ``values``: a type read only as pairs (K-exposure's
+        mentions) keeps no values (16 bytes an edge)."""
         table = self._typed.get(etype)
-        if table is None:
-            table = self._typed[etype] = self._typed_from(g, etype)
+        if table is None or (values and not table.dtypes):
+            table = self._typed[etype] = self._typed_from(g, etype, values)
         table.grow(self.n)
         return table
 

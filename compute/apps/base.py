@@ -114,11 +114,11 @@ class AppGraph:
     def typed_csr(self, etype: str) -> tuple[np.ndarray, np.ndarray]:
         """(indptr, indices) of the live edges of one type by source, destinations sorted within a row;
         neither is written afterwards (a recount on another thread may keep them)."""
-        return self.adjacency.typed(self.g, etype).csr(self.n)
+        return self.adjacency.typed(self.g, etype, values=False).csr(self.n)
 
     def typed_neighbors(self, etype: str, src: np.ndarray) -> np.ndarray:
         """The destinations of the live ``etype`` edges out of ``src`` (repeats where several share one)."""
-        nbrs, _ = self.adjacency.typed(self.g, etype).neighbors(src)
+        nbrs, _ = self.adjacency.typed(self.g, etype, values=False).neighbors(src)
         return nbrs
 
     def first_seen(self, etype: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -145,11 +145,15 @@ def held(adj: AppAdjacency, n: int) -> dict:
     return out
 
 
-def held_typed(adj: AppAdjacency, g) -> dict:
+def held_typed(adj: AppAdjacency, g, like: AppAdjacency | None = None) -> dict:
+    """The typed tables, with the value columns they keep (``like``'s, when given: a fresh build
+    compared with a kept one holds what the kept one holds)."""
     out = {}
     for t in TYPES:
-        rows, cols, (mult, first) = adj.typed(g, t).entries("mult", "first")
-        out[t] = list(zip(rows.tolist(), cols.tolist(), mult.tolist(), first.tolist()))
+        kept = (like or adj)._typed.get(t)
+        values = kept is None or bool(kept.dtypes)
+        rows, cols, vals = adj.typed(g, t, values).entries(*(("mult", "first") if values else ()))
+        out[t] = list(zip(rows.tolist(), cols.tolist(), *(v.tolist() for v in vals)))
     return out
 
 
@@ -172,7 +176,7 @@ def test_kept_adjacency_equals_a_build_from_the_graph(seed, fraction, minimum):
         assert kept is not None and kept.builds == 1  # built at the first epoch only, then kept
         fresh = AppAdjacency.from_graph(st.g)
         assert held(kept, st.g.n) == held(fresh, st.g.n), st.epoch
-        assert held_typed(kept, st.g) == held_typed(fresh, st.g), st.epoch
+        assert held_typed(kept, st.g) == held_typed(fresh, st.g, kept), st.epoch
         pairs = live_pairs_by_hand(st)
         assert held(kept, st.g.n)["out"] == pairs
         two_types += sum(c > 1 for _, _, c in pairs)
@@ -209,8 +213,9 @@ def test_kept_typed_edges_follow_real_shards_with_edge_times():
             assert kept is not None
             g = stage.graph
             fresh = AppAdjacency.from_graph(g)
-            assert held_typed(kept, g) == held_typed(fresh, g)
+            assert held_typed(kept, g, kept) == held_typed(fresh, g, kept)
             assert held(kept, g.n) == held(fresh, g.n)
+    assert not kept._typed["mentions"].dtypes  # K-exposure reads mentions as pairs only: no values kept
     assert np.isfinite(held_typed(kept, g)["tags"][0][3])  # the times are real
 
 
