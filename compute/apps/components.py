@@ -81,7 +81,7 @@ class Components(Application):
         order = comps[np.lexsort((comps, -sizes[comps]))][:TOP_COMPONENTS]
         return {
             "labels": labels.astype(np.int32),
-            "count": int(len(comps)),
+            "count": len(comps),
             "top": order.astype(np.int32),
             "top_sizes": sizes[order].astype(np.int64),
         }

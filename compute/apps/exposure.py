@@ -97,7 +97,7 @@ class _CountInputs:
     times: np.ndarray
 
     @classmethod
-    def of(cls, graph: AppGraph, state: ExposureState) -> "_CountInputs":
+    def of(cls, graph: AppGraph, state: ExposureState) -> _CountInputs:
         src, dst, mult, first = graph.typed_first(TAGS)
         return cls(graph.n, graph.g.names, (src, dst, mult), first, graph.typed_csr(MENTIONS), state.keys, state.epochs, state.times)
 

@@ -20,8 +20,8 @@ true distance, and equal to it when a shortest path passes a landmark.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -42,7 +42,7 @@ class AppConfig:
     rebuild_every_epoch: bool = False
 
     @classmethod
-    def from_settings(cls, settings) -> "AppConfig":
+    def from_settings(cls, settings) -> AppConfig:
         """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
         kw: dict[str, Any] = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
