@@ -22,6 +22,7 @@ to build from scratch.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,6 +61,15 @@ def gather_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
 
 def pack(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return (np.asarray(rows, dtype=np.int64) << _SHIFT) | np.asarray(cols, dtype=np.int64)
+
+
+class Found(NamedTuple):
+    """Where keys are in a :class:`RowTable`, key by key (-1: not there)."""
+
+    base: np.ndarray  # position of a live base entry
+    dead: np.ndarray  # position of a dead base entry
+    overlay: np.ndarray  # position of an overlay entry
+    where: np.ndarray  # where a key neither in the base nor the overlay would go in the overlay
 
 
 class RowTable:
@@ -142,35 +152,37 @@ class RowTable:
 
     # -- finding ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _find(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        """Position of each key in ``sorted_keys`` (-1: not there)."""
-        if not len(sorted_keys):
-            return np.full(len(keys), -1, dtype=np.int64)
-        pos = np.searchsorted(sorted_keys, keys)
-        hit = pos < len(sorted_keys)
-        hit[hit] = sorted_keys[pos[hit]] == keys[hit]
-        return np.where(hit, pos, -1)
-
-    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(position in the base of a live entry, position in the overlay), -1 where not there."""
-        pb = self._find(self.key, keys)
-        inb = pb >= 0
-        inb[inb] = self.alive[pb[inb]]
-        pb = np.where(inb, pb, -1)
-        po = np.full(len(keys), -1, dtype=np.int64)
-        rest = np.flatnonzero(~inb)
+    def find(self, keys: np.ndarray) -> Found:
+        """Where each key is (see :class:`Found`): one binary search in the base, one in the overlay for
+        the keys the base does not hold."""
+        base = np.full(len(keys), -1, dtype=np.int64)
+        dead = np.full(len(keys), -1, dtype=np.int64)
+        if len(self.key):
+            pos = np.searchsorted(self.key, keys)
+            hit = pos < len(self.key)
+            hit[hit] = self.key[pos[hit]] == keys[hit]
+            at = pos[hit]
+            live = self.alive[at]
+            base[np.flatnonzero(hit)[live]] = at[live]
+            dead[np.flatnonzero(hit)[~live]] = at[~live]
+        over = np.full(len(keys), -1, dtype=np.int64)
+        where = np.zeros(len(keys), dtype=np.int64)
+        # A key is never both in the base (alive or dead) and in the overlay: a dead one comes back in place.
+        rest = np.flatnonzero((base < 0) & (dead < 0))
         if len(rest) and len(self.ov_key):
-            po[rest] = self._find(self.ov_key, keys[rest])
-        return pb, po
+            pos = np.searchsorted(self.ov_key, keys[rest])
+            where[rest] = pos
+            hit = pos < len(self.ov_key)
+            hit[hit] = self.ov_key[pos[hit]] == keys[rest[hit]]
+            over[rest[hit]] = pos[hit]
+        return Found(base, dead, over, where)
 
-    def value(self, found: tuple[np.ndarray, np.ndarray], name: str, default) -> np.ndarray:
-        """The ``name`` value at positions from :meth:`find` (``default`` where there is no entry)."""
-        pb, po = found
-        out = np.full(len(pb), default, dtype=self.dtypes[name])
-        b, o = pb >= 0, po >= 0
-        out[b] = self.vals[name][pb[b]]
-        out[o] = self.ov_vals[name][po[o]]
+    def value(self, found: Found, name: str, default) -> np.ndarray:
+        """The ``name`` value at positions from :meth:`find` (``default`` where there is no live entry)."""
+        out = np.full(len(found.base), default, dtype=self.dtypes[name])
+        b, o = found.base >= 0, found.overlay >= 0
+        out[b] = self.vals[name][found.base[b]]
+        out[o] = self.ov_vals[name][found.overlay[o]]
         return out
 
     def get(self, rows: np.ndarray, cols: np.ndarray, name: str, default) -> np.ndarray:
@@ -180,49 +192,43 @@ class RowTable:
     # -- changing -----------------------------------------------------------------------------
 
     def assign(self, keys: np.ndarray, live: np.ndarray, values: dict[str, np.ndarray] | None = None,
-               found: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+               found: Found | None = None) -> None:
         """Distinct, sorted ``keys`` become live with ``values`` (every column) where ``live``, and go (if
         there) where not; ``found``: :meth:`find` of the same keys, when the caller has it already."""
         if not len(keys):
             return
         values = values or {}
-        pb, po = self.find(keys) if found is None else found
+        f = self.find(keys) if found is None else found
         self.grow(int((keys >> _SHIFT).max()) + 1)
-        # Base entries: alive or dead in place (a dead one may come back later, its slot still there).
-        b = np.flatnonzero(pb >= 0)
+        # Base entries die and come back in place (their slot stays until the next compaction).
+        b = np.flatnonzero(f.base >= 0)
         if len(b):
-            at, on = pb[b], live[b]
+            at, on = f.base[b], live[b]
             self.alive[at[~on]] = False
             self.dead += int(np.count_nonzero(~on))
             for k in self.dtypes:
                 self.vals[k][at[on]] = values[k][b[on]]
-        # Dead base entries that come back: not found live, but their key is in the base.
-        miss = np.flatnonzero((pb < 0) & (po < 0) & live)
-        if len(miss) and self.dead:
-            pd = self._find(self.key, keys[miss])
-            back = pd >= 0
-            at = pd[back]
+        d = np.flatnonzero((f.dead >= 0) & live)
+        if len(d):
+            at = f.dead[d]
             self.alive[at] = True
             self.dead -= len(at)
             for k in self.dtypes:
-                self.vals[k][at] = values[k][miss[back]]
-            miss = miss[~back]
-        o = np.flatnonzero(po >= 0)
+                self.vals[k][at] = values[k][d]
+        o = np.flatnonzero(f.overlay >= 0)
+        drop = np.zeros(0, dtype=np.int64)
         if len(o):
             on = live[o]
             for k in self.dtypes:
-                self.ov_vals[k][po[o[on]]] = values[k][o[on]]
-            drop = po[o[~on]]
-            if len(drop):
-                self.ov_key = np.delete(self.ov_key, drop)
-                for k in self.dtypes:
-                    self.ov_vals[k] = np.delete(self.ov_vals[k], drop)
-                self._ov_ptr = None
-        if len(miss):
-            at = np.searchsorted(self.ov_key, keys[miss])
-            self.ov_key = np.insert(self.ov_key, at, keys[miss])
+                self.ov_vals[k][f.overlay[o[on]]] = values[k][o[on]]
+            drop = f.overlay[o[~on]]  # sorted, as the keys are
+        new = np.flatnonzero((f.base < 0) & (f.dead < 0) & (f.overlay < 0) & live)
+        if len(drop) or len(new):
+            # Insertion points were taken before the drops: each moves down by the drops before it.
+            at = f.where[new] - np.searchsorted(drop, f.where[new])
+            self.ov_key = np.insert(np.delete(self.ov_key, drop), at, keys[new])
             for k in self.dtypes:
-                self.ov_vals[k] = np.insert(self.ov_vals[k], at, values[k][miss])
+                self.ov_vals[k] = np.insert(np.delete(self.ov_vals[k], drop), at, values[k][new])
             self._ov_ptr = None
         if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.key)):
             self.compact()

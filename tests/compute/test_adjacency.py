@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compute.apps.adjacency import AppAdjacency, RowTable
+from compute.apps.adjacency import AppAdjacency, RowTable, pack
 from compute.apps.runner import AppConfig, Applications
 from compute.stage import ComputeStage, SealedEpoch
 from ingest.batch import Router
@@ -69,6 +69,17 @@ def test_row_table_matches_a_dict(seed, fraction, minimum):
         t.remove(np.array([x[0] for x in gone]), np.array([x[1] for x in gone]))
         for x in gone:
             model.pop(x, None)
+        # Both at once, as an epoch hands them over: some keys go, others come (in the overlay too).
+        mixed = {x: rng.random() < 0.5 for x in list(model)[:: max(1, len(model) // 6)]}
+        mixed.update({(int(rng.integers(n)), int(rng.integers(n))): True for _ in range(4)})
+        keys = sorted(mixed)
+        t.assign(pack(np.array([k[0] for k in keys]), np.array([k[1] for k in keys])), np.array([mixed[k] for k in keys]),
+                 {"a": np.arange(len(keys), dtype=np.int64), "b": np.full(len(keys), 0.5)})
+        for i, k in enumerate(keys):
+            if mixed[k]:
+                model[k] = (i, 0.5)
+            else:
+                model.pop(k, None)
         assert table_state(t) == model, step
         probe = [(int(rng.integers(n)), int(rng.integers(n))) for _ in range(10)] + list(model)[:5]
         got = t.get(np.array([p[0] for p in probe]), np.array([p[1] for p in probe]), "a", -1)
