@@ -67,12 +67,38 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
         frontier = np.unique(nbrs)
 
 
+def _buffer(rows: int, n: int) -> np.ndarray:
+    """``INF`` distances for ``rows`` landmarks with room for ``n`` vertices and a quarter more: a growing
+    graph's new vertices then cost their own columns, not a copy of every landmark's row each epoch."""
+    return np.full((rows, n + n // 4 + 1024), INF, dtype=np.int32)
+
+
+def _room(buf: np.ndarray, n: int) -> np.ndarray:
+    """``buf`` while it has room for ``n`` vertices, else a larger copy (columns past the graph hold ``INF``)."""
+    if buf.shape[1] >= n:
+        return buf
+    out = _buffer(len(buf), n)
+    out[:, : buf.shape[1]] = buf
+    return out
+
+
 @dataclass
 class LandmarkState:
     ids: np.ndarray  # int64[L]: the landmark vertex ids, best TunkRank first when chosen
-    dist_from: np.ndarray  # int32[L, n]: hops from landmark l to v
-    dist_to: np.ndarray  # int32[L, n]: hops from v to landmark l
+    from_buf: np.ndarray  # int32[L, capacity]: hops from landmark l to v in the first n columns, INF past them
+    to_buf: np.ndarray  # the same, from v to landmark l
+    n: int
     rechosen: bool = False
+
+    @property
+    def dist_from(self) -> np.ndarray:
+        """int32[L, n]: hops from landmark l to v (a view: writes go to the state)."""
+        return self.from_buf[:, : self.n]
+
+    @property
+    def dist_to(self) -> np.ndarray:
+        """int32[L, n]: hops from v to landmark l (a view)."""
+        return self.to_buf[:, : self.n]
 
 
 class Landmarks(Application):
@@ -93,7 +119,15 @@ class Landmarks(Application):
         scores = np.asarray(scores[:n], dtype=np.float64)
         has_edge = (graph.out_degree() + graph.in_degree()) > 0
         cand = np.flatnonzero(has_edge)
-        order = cand[np.lexsort((cand, -scores[cand]))]
+        s = scores[cand]
+        if len(cand) > 4 * self.count:
+            # Only the candidates at least as good as the count-th best can be chosen (ties at it all stay,
+            # for the order by id): a partition instead of a sort of every vertex each epoch.
+            kth = np.partition(s, len(s) - self.count)[len(s) - self.count]
+            if np.isfinite(kth):
+                keep = s >= kth
+                cand, s = cand[keep], s[keep]
+        order = cand[np.lexsort((cand, -s))]
         return order[: self.count].astype(np.int64)
 
     def _fresh(self, graph: AppGraph, l: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,28 +137,24 @@ class Landmarks(Application):
     def initialize(self, graph: AppGraph) -> LandmarkState:
         ids = self.choose(graph)
         L, n = len(ids), graph.n
-        dist_from = np.full((L, n), INF, dtype=np.int32)
-        dist_to = np.full((L, n), INF, dtype=np.int32)
+        state = LandmarkState(ids, _buffer(L, n), _buffer(L, n), n, True)
+        dist_from, dist_to = state.dist_from, state.dist_to
         for i, l in enumerate(ids.tolist()):
             dist_from[i], dist_to[i] = self._fresh(graph, l)
-        return LandmarkState(ids, dist_from, dist_to, True)
+        return state
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: LandmarkState) -> LandmarkState:
         n = graph.n
-        old_n = previous.dist_from.shape[1]
-        dist_from, dist_to = previous.dist_from, previous.dist_to
-        if old_n < n:
-            pad = np.full((len(previous.ids), n - old_n), INF, dtype=np.int32)
-            dist_from, dist_to = np.hstack([dist_from, pad]), np.hstack([dist_to, pad])
-        else:
-            dist_from, dist_to = dist_from.copy(), dist_to.copy()
+        # Updated in place (the contract allows it): new vertices are the INF columns past the old n.
+        state = LandmarkState(previous.ids, _room(previous.from_buf, n), _room(previous.to_buf, n), n)
+        dist_from, dist_to = state.dist_from, state.dist_to
         ids = previous.ids
         top = self.choose(graph)
         rechosen = False
         if len(ids) < min(self.count, len(top)) or np.count_nonzero(~np.isin(ids, top)) > self.drift * max(len(ids), 1):
             keep = {int(l): i for i, l in enumerate(ids.tolist())}
-            new_from = np.empty((len(top), n), dtype=np.int32)
-            new_to = np.empty((len(top), n), dtype=np.int32)
+            state = LandmarkState(top, _buffer(len(top), n), _buffer(len(top), n), n)
+            new_from, new_to = state.dist_from, state.dist_to
             fresh = np.zeros(len(top), dtype=bool)
             for j, l in enumerate(top.tolist()):
                 if l in keep:
@@ -151,11 +181,12 @@ class Landmarks(Application):
                 dist_to[j] = bfs(graph.inn, l, n)
             elif len(is_):
                 relax(graph.inn, dt, is_, dt[id_] + 1)
-        return LandmarkState(ids, dist_from, dist_to, rechosen)
+        state.rechosen = rechosen
+        return state
 
     def publish(self, state: LandmarkState) -> dict:
         def small(d: np.ndarray) -> np.ndarray:
-            return np.where(d >= UNREACHABLE, UNREACHABLE, d).astype(np.uint16)
+            return np.minimum(d, UNREACHABLE).astype(np.uint16)  # distances are never negative
 
         return {"ids": state.ids.astype(np.int32), "from": small(state.dist_from), "to": small(state.dist_to)}
 
