@@ -9,10 +9,15 @@ exactly as the compute actor receives them, compressed, to one file.
 the applications, as the actor calls them) and prints per-epoch times by part
 and the process's memory; with ``--against`` it runs a second backend beside the
 first and checks every epoch's results against it within the stated tolerance.
+With ``--rebuild-apps`` the applications build their adjacency from the graph
+every epoch (as before it was kept across epochs); ``--check-apps`` runs a second
+stage that does so beside the first, prints its times in the same row, and
+checks that every epoch's applications publish exactly the same.
 
     .venv/bin/python -m bench.replay record --events 3000000 --per-epoch 50000 --out bench/out/epochs.rec
     .venv/bin/python -m bench.replay replay bench/out/epochs.rec
     .venv/bin/python -m bench.replay replay bench/out/epochs.rec --device cuda --against cpu
+    .venv/bin/python -m bench.replay replay bench/out/epochs.rec --topics-budget 0.2 --check-apps
 """
 
 from __future__ import annotations
@@ -94,21 +99,37 @@ def epochs_of(path: Path):
                 return
 
 
-def _stage(device: str, budget: float | None) -> ComputeStage:
-    return ComputeStage(("mentions",), RankConfig(device=device), AppConfig(topics_budget=budget))
+def _stage(device: str, budget: float | None, rebuild: bool = False) -> ComputeStage:
+    return ComputeStage(("mentions",), RankConfig(device=device), AppConfig(topics_budget=budget, rebuild_every_epoch=rebuild))
+
+
+def _published(apps: dict, budget: float | None) -> dict:
+    """What must not depend on how the adjacency was kept. With a budget, K-exposure's curves are counted
+    on a thread and land when they land (``as_of``), so they are left out."""
+    return {app: {k: (np.nan_to_num(v, nan=-1.0).tolist() if isinstance(v, np.ndarray) else v) for k, v in got.items()}
+            for app, got in apps.items() if budget is None or app != "topics"}
+
+
+def _adjacency_mb(stage: ComputeStage) -> float:
+    adj = stage.apps.adjacency
+    return adj.nbytes() / 1e6 if adj is not None else 0.0
 
 
 def replay(args) -> int:
     it = epochs_of(args.file)
     header = next(it)
-    stage = _stage(args.device, args.topics_budget)
+    stage = _stage(args.device, args.topics_budget, args.rebuild_apps)
     other = _stage(args.against, args.topics_budget) if args.against else None
+    rebuilt = _stage(args.device, args.topics_budget, rebuild=True) if args.check_apps else None
     print(f"machine: {machine()}\nreplay of {args.file} ({header}) on {stage.engine.be.name}"
-          + (f" against {other.engine.be.name}" if other else ""))
+          + (f" against {other.engine.be.name}" if other else "")
+          + (", applications' adjacency rebuilt every epoch" if args.rebuild_apps else "")
+          + (", beside a stage that rebuilds the applications' adjacency every epoch" if rebuilt else ""))
+    extra = " rebuild: app graph ms | rebuild: apps ms | rebuild: total ms |" if rebuilt else ""
     print("| epoch | edges | vertices | merge+graph ms | pagerank ms | tunkrank ms | apps ms (" + "/".join(
-        ["app_graph", "components", "trends", "topics", "landmarks"]) + ") | total ms | RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    totals = []
+        ["app_graph", "components", "trends", "topics", "landmarks"]) + ") | total ms | adjacency MB | RSS MB |" + extra)
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if rebuilt else ""))
+    totals, rebuilt_totals = [], []
     batch: list[SealedEpoch] = []
     for info, deltas in it:
         batch.append(SealedEpoch(info, deltas))
@@ -124,16 +145,33 @@ def replay(args) -> int:
                 if err > 2 * RankConfig().tol * max(1.0, float(np.abs(o.scores[algo]).sum())):
                     print(f"epoch {r.epoch}: {algo} differs by L1 {err:.3g}", file=sys.stderr)
                     return 1
+        side = ""
+        if rebuilt is not None:
+            t = time.perf_counter()
+            b = rebuilt.apply(batch)
+            b_ms = (time.perf_counter() - t) * 1000.0
+            if _published(r.apps, args.topics_budget) != _published(b.apps, args.topics_budget):
+                print(f"epoch {r.epoch}: the applications differ from the rebuild path", file=sys.stderr)
+                return 1
+            rebuilt_totals.append(b_ms)
+            side = f" {b.apps_ms['app_graph']:.0f} | {sum(b.apps_ms.values()):.0f} | {b_ms:.0f} |"
+            del b
         batch = []
         totals.append(ms)
         a = r.apps_ms
         apps = "/".join(f"{a.get(k, 0):.0f}" for k in ("app_graph", "components", "trends", "topics", "landmarks"))
         print(f"| {r.epoch} | {r.edges:,} | {r.vertices:,} | {r.graph_ms:.0f} | {r.compute_ms['pagerank']:.0f} | "
-              f"{r.compute_ms['tunkrank']:.0f} | {apps} | {ms:.0f} | {rss_mb():.0f} |", flush=True)
+              f"{r.compute_ms['tunkrank']:.0f} | {apps} | {ms:.0f} | {_adjacency_mb(stage):.0f} | {rss_mb():.0f} |{side}",
+              flush=True)
         del r
         gc.collect()
+        if args.epochs and len(totals) >= args.epochs:
+            break
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nepochs {len(totals)}, median {np.median(totals):.0f} ms, p90 {np.percentile(totals, 90):.0f} ms, peak RSS {peak:.0f} MB")
+    if rebuilt_totals:
+        print(f"rebuild path: median {np.median(rebuilt_totals):.0f} ms, p90 {np.percentile(rebuilt_totals, 90):.0f} ms; "
+              "every epoch's applications published the same")
     return 0
 
 
@@ -156,6 +194,10 @@ def main() -> int:
     rep.add_argument("--against", default=None, help="a second device to check every epoch against (cpu)")
     rep.add_argument("--merge", type=int, default=1, help="sealed epochs handed over together (as when compute falls behind)")
     rep.add_argument("--topics-budget", type=float, default=None, help="K-exposure share of time (default: recount every epoch)")
+    rep.add_argument("--rebuild-apps", action="store_true", help="build the applications' adjacency from the graph every epoch")
+    rep.add_argument("--check-apps", action="store_true",
+                     help="run a stage that rebuilds the applications' adjacency every epoch beside, and compare")
+    rep.add_argument("--epochs", type=int, default=0, help="stop after this many ranked epochs (0: all)")
     args = ap.parse_args()
     if args.cmd == "record":
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,24 +22,30 @@ from snapshots.growable import Column
 @dataclass
 class EdgeChanges:
     """Edges whose state changed in an epoch, in global vertex ids and global type ids, with their new
-    absolute multiplicity and fixed-point weight sum. An edge is (src, dst, type): it lives on one shard."""
+    absolute multiplicity and fixed-point weight sum. An edge is (src, dst, type): it lives on one shard.
+    ``first_ts`` (the earliest add time, for the applications) is None where the changes were made
+    without it; the compute stage leaves it out of the results it publishes."""
 
     src: np.ndarray
     dst: np.ndarray
     etype: np.ndarray
     mult: np.ndarray
     weight: np.ndarray
+    first_ts: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> "EdgeChanges":
         z = np.zeros(0, dtype=np.int32)
-        return cls(z, z, np.zeros(0, np.int16), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return cls(z, z, np.zeros(0, np.int16), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
 
     @classmethod
     def concat(cls, parts: list["EdgeChanges"]) -> "EdgeChanges":
         if not parts:
             return cls.empty()
-        return cls(*(np.concatenate(c) for c in zip(*((p.src, p.dst, p.etype, p.mult, p.weight) for p in parts))))
+        src, dst, etype, mult, weight = (np.concatenate(c) for c in zip(*((p.src, p.dst, p.etype, p.mult, p.weight) for p in parts)))
+        firsts = [p.first_ts for p in parts if p.first_ts is not None]
+        first = np.concatenate(firsts) if len(firsts) == len(parts) else None
+        return cls(src, dst, etype, mult, weight, first)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -66,7 +72,7 @@ class _ShardEdges:
         """The edges in ``slots`` as they are now (copies)."""
         return EdgeChanges(
             self.src.view[slots], self.dst.view[slots], self.etype.view[slots],
-            self.mult.view[slots], self.weight.view[slots],
+            self.mult.view[slots], self.weight.view[slots], self.first_ts.view[slots],
         )
 
 

@@ -16,6 +16,7 @@ with another epoch's number.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -83,7 +84,8 @@ class ComputeStage:
             in_degree=in_deg,
             compute_ms={name: run.ms for name, run in runs.items()},
             iterations={name: run.stats.iterations for name, run in runs.items()},
-            edge_changes=changes,
+            # The first add times are for the applications; the API's graph view never reads them.
+            edge_changes=dataclasses.replace(changes, first_ts=None),
             full_changes=full,
             types=list(g.types),
             methods={name: run.stats.method for name, run in runs.items()},

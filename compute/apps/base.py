@@ -1,22 +1,24 @@
 """What an application sees of one sealed epoch, and the small contract every application keeps.
 
-:class:`AppGraph` is the live graph as CSR over distinct (src, dst) pairs of every
-edge type (out and in), plus typed pair lists on demand; :class:`AppDelta` is what
-the epoch did to it, pair by pair: pairs that may have appeared and pairs that
-may have gone (a pair with another live type counts as gone too: conservative,
-never wrong). Built once per epoch by the runner and shared by the applications.
-Must not touch the rank engine or the shards.
+:class:`AppGraph` is the live graph as the applications read it: the distinct (src, dst)
+pairs of every edge type, out and in, row by row, their distinct degrees, and typed edge
+lists with their first add times, all from an :class:`~compute.apps.adjacency.AppAdjacency`
+that the runner keeps across epochs and updates from each epoch's changes (``build`` makes
+one from scratch: the reference the tests compare with). :class:`AppDelta` is what the epoch
+did, edge by edge: edges that went live and edges that went (a pair with another live type
+counts as gone too: conservative, never wrong). Must not touch the rank engine or the shards.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
+from compute.apps.adjacency import AppAdjacency, gather_ranges
 from compute.graph import EdgeChanges, GlobalGraph
 
 INF = np.int32(2**30)
@@ -33,87 +35,97 @@ def csr_pairs(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.
 def expand(indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The neighbors of every frontier vertex, and for each the position in ``frontier`` it came from."""
     starts = indptr[frontier]
-    counts = indptr[frontier + 1] - starts
-    total = int(counts.sum())
-    if total == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z
-    owner = np.repeat(np.arange(len(frontier)), counts)
-    offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    return indices[np.repeat(starts, counts) + offs], owner
+    pos, owner = gather_ranges(starts, indptr[frontier + 1] - starts)
+    return indices[pos], owner
+
+
+class Neighbors(Protocol):
+    """Rows of a graph read a frontier at a time (a :class:`~compute.apps.adjacency.RowTable`, a :class:`CSR`)."""
+
+    def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The neighbors of every frontier vertex (int64, any order), and for each its position in ``frontier``."""
+        ...
+
+
+@dataclass(frozen=True)
+class CSR:
+    """Plain CSR arrays as :class:`Neighbors`."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nbrs, owner = expand(self.indptr, self.indices, np.asarray(frontier, dtype=np.int64))
+        return nbrs.astype(np.int64), owner
 
 
 @dataclass
 class AppGraph:
-    """The live graph of an epoch as the applications read it."""
+    """The live graph of an epoch as the applications read it (a view of the kept adjacency: valid
+    for this epoch only, as the adjacency changes in place with the next)."""
 
     g: GlobalGraph
     epoch: int
-    out_indptr: np.ndarray
-    out_indices: np.ndarray
-    in_indptr: np.ndarray
-    in_indices: np.ndarray
+    adjacency: AppAdjacency
     scores: dict[str, np.ndarray] = field(default_factory=dict)
-    # Built on first use, for this epoch only (an AppGraph is built per epoch).
-    _typed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _first_index: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # sorted (src << 32 | dst), first add time
 
     @property
     def n(self) -> int:
         return self.g.n
 
     @classmethod
-    def build(cls, g: GlobalGraph, epoch: int, scores: dict[str, np.ndarray] | None = None) -> "AppGraph":
-        src, dst, _ = g._live()
-        n = g.n
-        oi, ox = csr_pairs(n, src, dst)
-        ii, ix = csr_pairs(n, dst, src)
-        return cls(g, epoch, oi, ox, ii, ix, dict(scores or {}))
+    def build(cls, g: GlobalGraph, epoch: int, scores: dict[str, np.ndarray] | None = None) -> AppGraph:
+        """From scratch, from the graph's columns (the runner keeps one across epochs instead)."""
+        return cls(g, epoch, AppAdjacency.from_graph(g), dict(scores or {}))
 
-    def _edges(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(src, dst, multiplicity, first add time) of the live edges of one type, gathered from the
-        shards once per epoch (empty when the type is unknown)."""
-        got = self._typed.get(etype)
-        if got is None:
-            parts = []
-            if etype in self.g.types:
-                t = self.g.types.index(etype)
-                for se in self.g._shards.values():
-                    keep = (se.mult.view > 0) & (se.etype.view == t)
-                    parts.append((
-                        se.src.view[keep].astype(np.int64), se.dst.view[keep].astype(np.int64),
-                        se.mult.view[keep], se.first_ts.view[keep],
-                    ))
-            if parts:
-                s, d, m, f = (np.concatenate(c) for c in zip(*parts))
-            else:
-                s = d = m = np.zeros(0, np.int64)
-                f = np.zeros(0, np.float64)
-            got = self._typed[etype] = (s, d, m, f)
-        return got
+    @property
+    def out(self) -> Neighbors:
+        """Distinct out-neighbors over every live edge type."""
+        return self.adjacency.out
+
+    @property
+    def inn(self) -> Neighbors:
+        """Distinct in-neighbors over every live edge type."""
+        return self.adjacency.inn
+
+    def out_degree(self) -> np.ndarray:
+        """Distinct out-neighbors of each vertex (read only)."""
+        return self.adjacency.out_degree()
+
+    def in_degree(self) -> np.ndarray:
+        return self.adjacency.in_degree()
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of every distinct live pair, sorted."""
+        rows, cols, _ = self.adjacency.out.entries()
+        return rows, cols
+
+    def typed_first(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, multiplicity, first add time) of the live edges of one type, sorted by (src, dst),
+        as new arrays (empty when the type is unknown)."""
+        src, dst, (mult, first) = self.adjacency.typed(self.g, etype).entries("mult", "first")
+        return src, dst, mult, first
 
     def typed(self, etype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, multiplicity) of the live edges of one type (empty when the type is unknown)."""
-        s, d, m, _ = self._edges(etype)
-        return s, d, m
+        src, dst, (mult,) = self.adjacency.typed(self.g, etype).entries("mult")
+        return src, dst, mult
+
+    def typed_csr(self, etype: str) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, indices) of the live edges of one type by source, destinations sorted within a row;
+        neither is written afterwards (a recount on another thread may keep them)."""
+        return self.adjacency.typed(self.g, etype, values=False).csr(self.n)
+
+    def typed_neighbors(self, etype: str, src: np.ndarray) -> np.ndarray:
+        """The destinations of the live ``etype`` edges out of ``src`` (repeats where several share one)."""
+        nbrs, _ = self.adjacency.typed(self.g, etype, values=False).neighbors(src)
+        return nbrs
 
     def first_seen(self, etype: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """The earliest add time of each live (src, dst) edge of ``etype`` (+inf where unknown)."""
-        out = np.full(len(src), np.inf)
-        if etype not in self.g.types or not len(src):
-            return out
-        index = self._first_index.get(etype)
-        if index is None:  # once per epoch and type: the live edges sorted by key
-            s, d, _, f = self._edges(etype)
-            keys = (s << 32) | d
-            order = np.argsort(keys)
-            index = self._first_index[etype] = (keys[order], f[order])
-        keys, first = index
-        want = (src.astype(np.int64) << 32) | dst.astype(np.int64)
-        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        hit = (len(keys) > 0) & (keys[pos] == want) if len(keys) else np.zeros(len(want), dtype=bool)
-        out[hit] = first[pos[hit]]
-        return out
+        if etype not in self.g._type_index or not len(src):
+            return np.full(len(src), np.inf)
+        return self.adjacency.typed(self.g, etype).get(src, dst, "first", np.inf)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from compute.apps.base import AppDelta, AppGraph, Application, expand
+from compute.apps.base import AppDelta, AppGraph, Application
 
 # Components reported per epoch, largest first: /v1/components?k= is bounded by it.
 TOP_COMPONENTS = 1000
@@ -41,9 +41,8 @@ class Components(Application):
     name = "components"
 
     def initialize(self, graph: AppGraph) -> ComponentsState:
-        n = graph.n
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.out_indptr))
-        return ComponentsState(_min_labels(n, src, graph.out_indices))
+        src, dst = graph.pairs()
+        return ComponentsState(_min_labels(graph.n, src, dst))
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: ComponentsState) -> ComponentsState:
         n = graph.n
@@ -57,7 +56,7 @@ class Components(Application):
             members = np.flatnonzero(np.isin(labels, hit))
             local = np.full(n, -1, dtype=np.int64)
             local[members] = np.arange(len(members))
-            nbrs, owner = expand(graph.out_indptr, graph.out_indices, members)
+            nbrs, owner = graph.out.neighbors(members)
             inside = local[nbrs] >= 0
             labels = labels.copy()
             labels[members] = _min_labels(len(members), owner[inside], local[nbrs[inside]], members)
@@ -82,7 +81,7 @@ class Components(Application):
         order = comps[np.lexsort((comps, -sizes[comps]))][:TOP_COMPONENTS]
         return {
             "labels": labels.astype(np.int32),
-            "count": int(len(comps)),
+            "count": len(comps),
             "top": order.astype(np.int32),
             "top_sizes": sizes[order].astype(np.int64),
         }

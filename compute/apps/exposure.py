@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.base import AppDelta, AppGraph, Application, csr_pairs, expand
+from compute.apps.base import AppDelta, AppGraph, Application, expand
 
 TAGS = "tags"
 MENTIONS = "mentions"
@@ -91,16 +91,15 @@ class _CountInputs:
     names: list  # append-only: the ids counted are all present already
     tags: tuple[np.ndarray, np.ndarray, np.ndarray]
     tags_first: np.ndarray  # earliest add time of each tags edge above (+inf: the graph has no edge times)
-    mentions: tuple[np.ndarray, np.ndarray, np.ndarray]
+    mentions: tuple[np.ndarray, np.ndarray]  # (indptr, indices): the live mentions edges by source
     keys: np.ndarray
     epochs: np.ndarray
     times: np.ndarray
 
     @classmethod
-    def of(cls, graph: AppGraph, state: ExposureState) -> "_CountInputs":
-        tags = graph.typed(TAGS)
-        first = graph.first_seen(TAGS, tags[0], tags[1])
-        return cls(graph.n, graph.g.names, tags, first, graph.typed(MENTIONS), state.keys, state.epochs, state.times)
+    def of(cls, graph: AppGraph, state: ExposureState) -> _CountInputs:
+        src, dst, mult, first = graph.typed_first(TAGS)
+        return cls(graph.n, graph.g.names, (src, dst, mult), first, graph.typed_csr(MENTIONS), state.keys, state.epochs, state.times)
 
 
 def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Topic]:
@@ -132,8 +131,7 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     rank = np.empty(len(av), dtype=np.int64)
     rank[order] = np.arange(len(av))
     tags, col = np.unique(ah, return_inverse=True)
-    m_src, m_dst, _ = inp.mentions
-    out_ptr, out_idx = csr_pairs(n, m_src, m_dst)
+    out_ptr, out_idx = inp.mentions  # distinct pairs already: an edge is one per (src, dst) of a type
     mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
     adoptions = sp.csr_matrix((np.ones(len(av), np.int32), (av, col)), shape=(n, len(tags)))
     hist = _exposure_histogram(mentions, adoptions, levels)
@@ -276,11 +274,11 @@ class Exposure(Application):
         s, h = delta.inserted(TAGS)
         state = self._stamp(graph, previous, s, h)
         _, tag_dst, _, _ = delta.touched(TAGS)
-        m_src, m_dst, _, _ = delta.touched(MENTIONS)
+        _, m_dst, _, _ = delta.touched(MENTIONS)
         affected = [tag_dst]
         if len(m_dst):
-            t_src, t_dst, _ = graph.typed(TAGS)
-            affected.append(t_dst[np.isin(t_src, m_dst)])
+            # The hashtags of the users whose mentioners changed, read from their rows of the tags edges.
+            affected.append(graph.typed_neighbors(TAGS, np.unique(m_dst)))
         self._pending.update(np.unique(np.concatenate(affected)).tolist())
         if self._pool is None:
             if not self._pending:

@@ -20,19 +20,19 @@ true distance, and equal to it when a shortest path passes a landmark.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from compute.apps.base import INF, AppDelta, AppGraph, Application, expand
+from compute.apps.base import INF, AppDelta, AppGraph, Application, Neighbors
 
 # Published distances are uint16; a hop count this large (or INF) reads as unreachable.
 UNREACHABLE = np.uint16(65535)
 
 
-def bfs(indptr: np.ndarray, indices: np.ndarray, source: int, n: int) -> np.ndarray:
-    """Hop distances from ``source`` along the CSR's rows (int32, ``INF`` where unreachable)."""
+def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
+    """Hop distances from ``source`` along ``adj``'s rows (int32, ``INF`` where unreachable)."""
     dist = np.full(n, INF, dtype=np.int32)
     if not 0 <= source < n:
         return dist
@@ -41,14 +41,14 @@ def bfs(indptr: np.ndarray, indices: np.ndarray, source: int, n: int) -> np.ndar
     level = 0
     while len(frontier):
         level += 1
-        nbrs, _ = expand(indptr, indices, frontier)
+        nbrs, _ = adj.neighbors(frontier)
         nbrs = np.unique(nbrs[dist[nbrs] == INF])
         dist[nbrs] = level
         frontier = nbrs
     return dist
 
 
-def relax(indptr: np.ndarray, indices: np.ndarray, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
+def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
     """Lower ``dist`` in place where the new paths through ``seeds`` (reached at ``seed_dist``) are shorter."""
     better = seed_dist < dist[seeds]
     if not better.any():
@@ -57,7 +57,7 @@ def relax(indptr: np.ndarray, indices: np.ndarray, dist: np.ndarray, seeds: np.n
     np.minimum.at(dist, seeds, seed_dist.astype(np.int32))
     frontier = np.unique(seeds)
     while len(frontier):
-        nbrs, owner = expand(indptr, indices, frontier)
+        nbrs, owner = adj.neighbors(frontier)
         cand = dist[frontier][owner] + 1
         improves = cand < dist[nbrs]
         if not improves.any():
@@ -67,12 +67,38 @@ def relax(indptr: np.ndarray, indices: np.ndarray, dist: np.ndarray, seeds: np.n
         frontier = np.unique(nbrs)
 
 
+def _buffer(rows: int, n: int) -> np.ndarray:
+    """``INF`` distances for ``rows`` landmarks with room for ``n`` vertices and a quarter more: a growing
+    graph's new vertices then cost their own columns, not a copy of every landmark's row each epoch."""
+    return np.full((rows, n + n // 4 + 1024), INF, dtype=np.int32)
+
+
+def _room(buf: np.ndarray, n: int) -> np.ndarray:
+    """``buf`` while it has room for ``n`` vertices, else a larger copy (columns past the graph hold ``INF``)."""
+    if buf.shape[1] >= n:
+        return buf
+    out = _buffer(len(buf), n)
+    out[:, : buf.shape[1]] = buf
+    return out
+
+
 @dataclass
 class LandmarkState:
     ids: np.ndarray  # int64[L]: the landmark vertex ids, best TunkRank first when chosen
-    dist_from: np.ndarray  # int32[L, n]: hops from landmark l to v
-    dist_to: np.ndarray  # int32[L, n]: hops from v to landmark l
+    from_buf: np.ndarray  # int32[L, capacity]: hops from landmark l to v in the first n columns, INF past them
+    to_buf: np.ndarray  # the same, from v to landmark l
+    n: int
     rechosen: bool = False
+
+    @property
+    def dist_from(self) -> np.ndarray:
+        """int32[L, n]: hops from landmark l to v (a view: writes go to the state)."""
+        return self.from_buf[:, : self.n]
+
+    @property
+    def dist_to(self) -> np.ndarray:
+        """int32[L, n]: hops from v to landmark l (a view)."""
+        return self.to_buf[:, : self.n]
 
 
 class Landmarks(Application):
@@ -89,42 +115,46 @@ class Landmarks(Application):
         n = graph.n
         scores = graph.scores.get(self.score)
         if scores is None or len(scores) < n:
-            scores = np.diff(graph.in_indptr).astype(np.float64)  # before any ranking: in-degree
+            scores = graph.in_degree().astype(np.float64)  # before any ranking: in-degree
         scores = np.asarray(scores[:n], dtype=np.float64)
-        has_edge = (np.diff(graph.out_indptr) + np.diff(graph.in_indptr)) > 0
+        has_edge = (graph.out_degree() + graph.in_degree()) > 0
         cand = np.flatnonzero(has_edge)
-        order = cand[np.lexsort((cand, -scores[cand]))]
+        s = scores[cand]
+        if len(cand) > 4 * self.count:
+            # Only the candidates at least as good as the count-th best can be chosen (ties at it all stay,
+            # for the order by id): a partition instead of a sort of every vertex each epoch.
+            kth = np.partition(s, len(s) - self.count)[len(s) - self.count]
+            if np.isfinite(kth):
+                keep = s >= kth
+                cand, s = cand[keep], s[keep]
+        order = cand[np.lexsort((cand, -s))]
         return order[: self.count].astype(np.int64)
 
     def _fresh(self, graph: AppGraph, l: int) -> tuple[np.ndarray, np.ndarray]:
         self.bfs_runs += 2
-        return (bfs(graph.out_indptr, graph.out_indices, l, graph.n), bfs(graph.in_indptr, graph.in_indices, l, graph.n))
+        return bfs(graph.out, l, graph.n), bfs(graph.inn, l, graph.n)
 
     def initialize(self, graph: AppGraph) -> LandmarkState:
         ids = self.choose(graph)
         L, n = len(ids), graph.n
-        dist_from = np.full((L, n), INF, dtype=np.int32)
-        dist_to = np.full((L, n), INF, dtype=np.int32)
+        state = LandmarkState(ids, _buffer(L, n), _buffer(L, n), n, True)
+        dist_from, dist_to = state.dist_from, state.dist_to
         for i, l in enumerate(ids.tolist()):
             dist_from[i], dist_to[i] = self._fresh(graph, l)
-        return LandmarkState(ids, dist_from, dist_to, True)
+        return state
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: LandmarkState) -> LandmarkState:
         n = graph.n
-        old_n = previous.dist_from.shape[1]
-        dist_from, dist_to = previous.dist_from, previous.dist_to
-        if old_n < n:
-            pad = np.full((len(previous.ids), n - old_n), INF, dtype=np.int32)
-            dist_from, dist_to = np.hstack([dist_from, pad]), np.hstack([dist_to, pad])
-        else:
-            dist_from, dist_to = dist_from.copy(), dist_to.copy()
+        # Updated in place (the contract allows it): new vertices are the INF columns past the old n.
+        state = LandmarkState(previous.ids, _room(previous.from_buf, n), _room(previous.to_buf, n), n)
+        dist_from, dist_to = state.dist_from, state.dist_to
         ids = previous.ids
         top = self.choose(graph)
         rechosen = False
         if len(ids) < min(self.count, len(top)) or np.count_nonzero(~np.isin(ids, top)) > self.drift * max(len(ids), 1):
             keep = {int(l): i for i, l in enumerate(ids.tolist())}
-            new_from = np.empty((len(top), n), dtype=np.int32)
-            new_to = np.empty((len(top), n), dtype=np.int32)
+            state = LandmarkState(top, _buffer(len(top), n), _buffer(len(top), n), n)
+            new_from, new_to = state.dist_from, state.dist_to
             fresh = np.zeros(len(top), dtype=bool)
             for j, l in enumerate(top.tolist()):
                 if l in keep:
@@ -143,19 +173,20 @@ class Landmarks(Application):
             df, dt = dist_from[j], dist_to[j]
             if len(ds) and bool(np.any((df[ds] < INF) & (df[dd] == df[ds] + 1))):
                 self.bfs_runs += 1
-                dist_from[j] = bfs(graph.out_indptr, graph.out_indices, l, n)
+                dist_from[j] = bfs(graph.out, l, n)
             elif len(is_):
-                relax(graph.out_indptr, graph.out_indices, df, id_, df[is_] + 1)
+                relax(graph.out, df, id_, df[is_] + 1)
             if len(ds) and bool(np.any((dt[dd] < INF) & (dt[ds] == dt[dd] + 1))):
                 self.bfs_runs += 1
-                dist_to[j] = bfs(graph.in_indptr, graph.in_indices, l, n)
+                dist_to[j] = bfs(graph.inn, l, n)
             elif len(is_):
-                relax(graph.in_indptr, graph.in_indices, dt, is_, dt[id_] + 1)
-        return LandmarkState(ids, dist_from, dist_to, rechosen)
+                relax(graph.inn, dt, is_, dt[id_] + 1)
+        state.rechosen = rechosen
+        return state
 
     def publish(self, state: LandmarkState) -> dict:
         def small(d: np.ndarray) -> np.ndarray:
-            return np.where(d >= UNREACHABLE, UNREACHABLE, d).astype(np.uint16)
+            return np.minimum(d, UNREACHABLE).astype(np.uint16)  # distances are never negative
 
         return {"ids": state.ids.astype(np.int32), "from": small(state.dist_from), "to": small(state.dist_to)}
 

@@ -2,9 +2,11 @@
 
 The compute actor calls :meth:`Applications.run` once per epoch after ranking
 (landmarks read the epoch's TunkRank). A delta that holds the whole graph (the
-first epoch after a restore) or the first epoch re-initializes every
-application; otherwise each one updates from its previous state. What comes
-back is host data only, for :attr:`compute.results.EpochResult.apps`.
+first epoch after a restore) or the first epoch builds the applications'
+adjacency from the graph and re-initializes every application; otherwise the
+adjacency takes in the epoch's changes and each application updates from its
+previous state. What comes back is host data only, for
+:attr:`compute.results.EpochResult.apps`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from compute.apps.adjacency import COMPACT_FRACTION, COMPACT_MIN, AppAdjacency
 from compute.apps.base import AppDelta, AppGraph, Application
 from compute.apps.components import Components
 from compute.apps.exposure import Exposure
@@ -31,9 +34,15 @@ class AppConfig:
     landmarks: int = 16
     landmark_drift: float = 0.25
     topics_budget: float | None = None  # None: recount the exposure curves every epoch
+    # The adjacency's overlay may reach this share of its base before it is rebuilt (compute.apps.adjacency).
+    compact_fraction: float = COMPACT_FRACTION
+    compact_min: int = COMPACT_MIN
+    # True: build the adjacency from the graph every epoch, as before it was kept (the reference
+    # path: tests and bench/replay.py --rebuild-apps compare with it).
+    rebuild_every_epoch: bool = False
 
     @classmethod
-    def from_settings(cls, settings) -> "AppConfig":
+    def from_settings(cls, settings) -> AppConfig:
         """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
         kw: dict[str, Any] = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
@@ -47,13 +56,21 @@ class Applications:
         self.apps: list[Application] = [Components(), Trends(), self.exposure, Landmarks(c.landmarks, c.landmark_drift)]
         self.states: dict[str, Any] = {}
         self.ms: dict[str, float] = {}
+        self.config = c
+        self.adjacency: AppAdjacency | None = None
 
     def run(
         self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
         scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0,
     ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        graph = AppGraph.build(g, epoch, scores)
+        adj = self.adjacency
+        if adj is None or full or self.config.rebuild_every_epoch:
+            c = self.config
+            adj = self.adjacency = AppAdjacency.from_graph(g, compact_fraction=c.compact_fraction, compact_min=c.compact_min)
+        else:
+            adj.apply(g, changes, before)
+        graph = AppGraph(g, epoch, adj, dict(scores or {}))
         delta = AppDelta(changes, before, list(g.types), new_vertices, full)
         self.ms = {"app_graph": (time.perf_counter() - t0) * 1000.0}
         out = {}

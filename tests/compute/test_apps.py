@@ -110,6 +110,24 @@ def test_landmarks_stay_while_the_top_set_jitters():
     assert st.commit({}, scores={"tunkrank": moved})["landmarks"]["ids"].tolist() != first
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_landmarks_are_the_top_by_score_then_id(ties):
+    """The choice partitions the scores before it sorts: it must pick what a sort of every vertex picks,
+    ties at the cut included (in-degree, the score before any ranking, ties a lot)."""
+    rng = np.random.default_rng(3)
+    st = Stream(AppConfig(landmarks=5))
+    st.commit({(f"v{rng.integers(200)}", f"v{rng.integers(200)}", "mentions"): 1 for _ in range(400)})
+    lm = st.apps.apps[-1]
+    n = st.g.n
+    scores = rng.integers(0, 3, n).astype(float) if ties else rng.random(n)
+    graph = AppGraph(st.g, st.epoch, st.apps.adjacency, {"tunkrank": scores})
+    cand = np.flatnonzero((graph.out_degree() + graph.in_degree()) > 0)
+    want = cand[np.lexsort((cand, -scores[cand]))][:5]
+    assert lm.choose(graph).tolist() == want.tolist()
+    assert lm.choose(AppGraph(st.g, st.epoch, st.apps.adjacency, {})).tolist() == \
+        cand[np.lexsort((cand, -graph.in_degree()[cand]))][:5].tolist()
+
+
 def test_landmark_estimates_bound_the_true_distance_and_meet_it_through_a_landmark():
     checked_equal = 0
     for st, out in random_epochs(6, epochs=12, n0=40):

@@ -1,0 +1,462 @@
+"""The applications' adjacency, kept across epochs and updated from each epoch's edge changes.
+
+Owns :class:`RowTable`, a set of distinct ``(row, col)`` entries with value columns, and
+:class:`AppAdjacency`, the tables the applications read: the distinct (src, dst) pairs of
+every live edge type out and in (each with its count of live typed edges, and the distinct
+degrees), and, per edge type asked for, its live edges with their multiplicity and first add
+time (K-exposure's edge lists and first-seen index).
+
+A table is a base CSR (``ptr``, ``col``, built at compaction, never written after) with an
+alive flag and value columns per base entry, plus an overlay of entries added since, sorted by
+``row << 32 | col``. An epoch marks the base entries it removes dead, revives or rewrites the
+ones it re-adds, and inserts the rest into the overlay: O(change) searches and one copy of the
+overlay. When the overlay and the dead entries pass ``compact_fraction`` of the base, the
+table is rebuilt from its own entries in O(entries + vertices): amortized, the work per epoch
+follows the change. Only the first epoch and a full delta (after a restore) build from the
+graph's columns. Everything is plain arrays, so a CuPy path can hold the same on the device.
+
+Must not touch the rank engine; reads :class:`~compute.graph.GlobalGraph`'s shard columns only
+to build from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from compute.exceptions import ComputeError
+from compute.graph import EdgeChanges, GlobalGraph
+from snapshots.growable import Column
+
+log = logging.getLogger(__name__)
+
+# Entries are keyed by row << 32 | col: vertex ids stay below 2**31 (as in compute.resident).
+_SHIFT = np.int64(32)
+_LOW = np.int64(0xFFFFFFFF)
+# The overlay (and the dead base entries) may reach this share of the base before a rebuild.
+# A rebuild costs O(entries + vertices); at a quarter, a stream that adds 2% of the graph an
+# epoch rebuilds every ~12 epochs, and an overlay expansion (a binary search per row) stays a
+# small part of a whole-graph BFS.
+COMPACT_FRACTION = 0.25
+# Below this many overlay and dead entries a rebuild is never worth it (a few ms of searches).
+COMPACT_MIN = 8192
+# A frontier at least 1/16 of the rows reads the overlay through a per-row pointer built once
+# (O(rows)) rather than two binary searches per frontier row.
+_DENSE_FRONTIER = 16
+
+
+def gather_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``starts[i] .. starts[i] + counts[i] - 1`` for every i, and for each the i it came from."""
+    total = int(counts.sum()) if len(counts) else 0
+    if total == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(starts.astype(np.int64), counts) + offs, owner
+
+
+def pack(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    return (np.asarray(rows, dtype=np.int64) << _SHIFT) | np.asarray(cols, dtype=np.int64)
+
+
+class Found(NamedTuple):
+    """Where keys are in a :class:`RowTable`, key by key (-1: not there)."""
+
+    base: np.ndarray  # position of a live base entry
+    dead: np.ndarray  # position of a dead base entry
+    overlay: np.ndarray  # position of an overlay entry
+    where: np.ndarray  # where a key neither in the base nor the overlay would go in the overlay
+
+
+class RowTable:
+    """Distinct ``(row, col)`` entries with value columns, read row by row (see the module docstring).
+
+    The base holds its entries' keys (``row << 32 | col``, sorted: a lookup is one binary search)
+    and a row pointer into them (a frontier row's entries in O(1)). ``ptr`` and ``key`` of a base
+    are never written once built (a compaction replaces them), so a reader on another thread may
+    keep them; ``alive`` and the value columns change in place."""
+
+    def __init__(self, values: dict[str, type | np.dtype] | None = None, compact_fraction: float = COMPACT_FRACTION,
+                 compact_min: int = COMPACT_MIN) -> None:
+        self.dtypes = {k: np.dtype(v) for k, v in (values or {}).items()}
+        self.compact_fraction = compact_fraction
+        self.compact_min = compact_min
+        self.n = 0  # rows addressable; the base covers the first len(ptr) - 1 of them
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.key = np.zeros(0, dtype=np.int64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.vals = {k: np.zeros(0, dtype=dt) for k, dt in self.dtypes.items()}
+        self.dead = 0
+        self.ov_key = np.zeros(0, dtype=np.int64)
+        self.ov_vals = {k: np.zeros(0, dtype=dt) for k, dt in self.dtypes.items()}
+        self._ov_ptr: np.ndarray | None = None  # per-row pointer into the overlay, built on a dense frontier
+        self.compactions = 0
+
+    # -- building -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_entries(cls, n: int, rows: np.ndarray, cols: np.ndarray, values: dict[str, np.ndarray] | None = None,
+                     **kw) -> RowTable:
+        """A table of distinct entries (any order) over ``n`` rows."""
+        t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
+        keys = pack(rows, cols)
+        order = np.argsort(keys, kind="stable")
+        t._set_base(n, keys[order], {k: np.asarray(v)[order] for k, v in (values or {}).items()})
+        return t
+
+    @classmethod
+    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, values: dict[str, np.ndarray] | None = None,
+                 **kw) -> RowTable:
+        """A table of a CSR's entries (distinct, cols sorted within rows) over its rows."""
+        t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
+        n = len(indptr) - 1
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        t.n = n
+        t.ptr = np.asarray(indptr, dtype=np.int64)
+        t.key = pack(rows, indices)
+        t.alive = np.ones(len(t.key), dtype=bool)
+        t.vals = {k: np.asarray(v, dtype=t.dtypes[k]) for k, v in (values or {}).items()}
+        return t
+
+    def _set_base(self, n: int, keys: np.ndarray, vals: dict[str, np.ndarray]) -> None:
+        """The base from sorted keys and their values; the overlay is emptied."""
+        self.n = max(self.n, n)
+        self.ptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys >> _SHIFT, minlength=self.n), out=self.ptr[1:])
+        self.key = keys
+        self.alive = np.ones(len(keys), dtype=bool)
+        self.vals = {k: np.asarray(vals[k], dtype=dt) for k, dt in self.dtypes.items()}
+        self.dead = 0
+        self.ov_key = np.zeros(0, dtype=np.int64)
+        self.ov_vals = {k: np.zeros(0, dtype=dt) for k, dt in self.dtypes.items()}
+        self._ov_ptr = None
+
+    def grow(self, n: int) -> None:
+        """Make rows up to ``n - 1`` addressable (rows past the base have no base entries)."""
+        if n > self.n:
+            self.n = n
+            self._ov_ptr = None
+
+    @property
+    def nnz(self) -> int:
+        """Live entries."""
+        return len(self.key) - self.dead + len(self.ov_key)
+
+    @property
+    def overlay(self) -> int:
+        return len(self.ov_key)
+
+    # -- finding ------------------------------------------------------------------------------
+
+    def find(self, keys: np.ndarray) -> Found:
+        """Where each key is (see :class:`Found`): one binary search in the base, one in the overlay for
+        the keys the base does not hold."""
+        base = np.full(len(keys), -1, dtype=np.int64)
+        dead = np.full(len(keys), -1, dtype=np.int64)
+        if len(self.key):
+            pos = np.searchsorted(self.key, keys)
+            hit = pos < len(self.key)
+            hit[hit] = self.key[pos[hit]] == keys[hit]
+            at = pos[hit]
+            live = self.alive[at]
+            base[np.flatnonzero(hit)[live]] = at[live]
+            dead[np.flatnonzero(hit)[~live]] = at[~live]
+        over = np.full(len(keys), -1, dtype=np.int64)
+        where = np.zeros(len(keys), dtype=np.int64)
+        # A key is never both in the base (alive or dead) and in the overlay: a dead one comes back in place.
+        rest = np.flatnonzero((base < 0) & (dead < 0))
+        if len(rest) and len(self.ov_key):
+            pos = np.searchsorted(self.ov_key, keys[rest])
+            where[rest] = pos
+            hit = pos < len(self.ov_key)
+            hit[hit] = self.ov_key[pos[hit]] == keys[rest[hit]]
+            over[rest[hit]] = pos[hit]
+        return Found(base, dead, over, where)
+
+    def value(self, found: Found, name: str, default) -> np.ndarray:
+        """The ``name`` value at positions from :meth:`find` (``default`` where there is no live entry)."""
+        out = np.full(len(found.base), default, dtype=self.dtypes[name])
+        b, o = found.base >= 0, found.overlay >= 0
+        out[b] = self.vals[name][found.base[b]]
+        out[o] = self.ov_vals[name][found.overlay[o]]
+        return out
+
+    def get(self, rows: np.ndarray, cols: np.ndarray, name: str, default) -> np.ndarray:
+        """The ``name`` value of each (row, col) entry (``default`` where there is none)."""
+        return self.value(self.find(pack(rows, cols)), name, default)
+
+    # -- changing -----------------------------------------------------------------------------
+
+    def assign(self, keys: np.ndarray, live: np.ndarray, values: dict[str, np.ndarray] | None = None,
+               found: Found | None = None) -> None:
+        """Distinct, sorted ``keys`` become live with ``values`` (every column) where ``live``, and go (if
+        there) where not; ``found``: :meth:`find` of the same keys, when the caller has it already."""
+        if not len(keys):
+            return
+        values = values or {}
+        f = self.find(keys) if found is None else found
+        self.grow(int((keys >> _SHIFT).max()) + 1)
+        # Base entries die and come back in place (their slot stays until the next compaction).
+        b = np.flatnonzero(f.base >= 0)
+        if len(b):
+            at, on = f.base[b], live[b]
+            self.alive[at[~on]] = False
+            self.dead += int(np.count_nonzero(~on))
+            for k in self.dtypes:
+                self.vals[k][at[on]] = values[k][b[on]]
+        d = np.flatnonzero((f.dead >= 0) & live)
+        if len(d):
+            at = f.dead[d]
+            self.alive[at] = True
+            self.dead -= len(at)
+            for k in self.dtypes:
+                self.vals[k][at] = values[k][d]
+        o = np.flatnonzero(f.overlay >= 0)
+        drop = np.zeros(0, dtype=np.int64)
+        if len(o):
+            on = live[o]
+            for k in self.dtypes:
+                self.ov_vals[k][f.overlay[o[on]]] = values[k][o[on]]
+            drop = f.overlay[o[~on]]  # sorted, as the keys are
+        new = np.flatnonzero((f.base < 0) & (f.dead < 0) & (f.overlay < 0) & live)
+        if len(drop) or len(new):
+            # Insertion points were taken before the drops: each moves down by the drops before it.
+            at = f.where[new] - np.searchsorted(drop, f.where[new])
+            self.ov_key = np.insert(np.delete(self.ov_key, drop), at, keys[new])
+            for k in self.dtypes:
+                self.ov_vals[k] = np.insert(np.delete(self.ov_vals[k], drop), at, values[k][new])
+            self._ov_ptr = None
+        if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.key)):
+            self.compact()
+
+    def upsert(self, rows: np.ndarray, cols: np.ndarray, values: dict[str, np.ndarray] | None = None) -> None:
+        """Set distinct entries live with ``values`` (every column of the table)."""
+        keys = pack(rows, cols)
+        order = np.argsort(keys)
+        self.assign(keys[order], np.ones(len(rows), dtype=bool), {k: np.asarray(v)[order] for k, v in (values or {}).items()})
+
+    def remove(self, rows: np.ndarray, cols: np.ndarray) -> None:
+        """Drop entries (those not there are ignored)."""
+        keys = np.unique(pack(rows, cols))
+        self.assign(keys, np.zeros(len(keys), dtype=bool), {k: np.zeros(len(keys), dt) for k, dt in self.dtypes.items()})
+
+    def compact(self) -> None:
+        """Rebuild the base from the live entries: no overlay, nothing dead."""
+        keys, vals = self._merged(*self.dtypes)
+        self._set_base(self.n, keys, dict(zip(self.dtypes, vals)))
+        self.compactions += 1
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cols of the live entries of every frontier row (int64, in no particular order), and for
+        each the position in ``frontier`` it came from."""
+        f = np.asarray(frontier, dtype=np.int64)
+        nb = len(self.ptr) - 1
+        starts = self.ptr[np.minimum(f, nb)]
+        pos, owner = gather_ranges(starts, self.ptr[np.minimum(f + 1, nb)] - starts)
+        if self.dead and len(pos):
+            keep = self.alive[pos]
+            pos, owner = pos[keep], owner[keep]
+        cols = self.key[pos] & _LOW
+        if not len(self.ov_key) or not len(f):
+            return cols, owner
+        if self._ov_ptr is None and len(f) * _DENSE_FRONTIER >= self.n:
+            ptr = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.ov_key >> _SHIFT, minlength=self.n), out=ptr[1:])
+            self._ov_ptr = ptr
+        if self._ov_ptr is not None:
+            lo, hi = self._ov_ptr[f], self._ov_ptr[f + 1]
+        else:
+            lo, hi = np.searchsorted(self.ov_key, f << _SHIFT), np.searchsorted(self.ov_key, (f + 1) << _SHIFT)
+        opos, oown = gather_ranges(lo, hi - lo)
+        if not len(opos):
+            return cols, owner
+        return np.concatenate([cols, self.ov_key[opos] & _LOW]), np.concatenate([owner, oown])
+
+    def _merged(self, *names: str) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(keys, [values of each name]) of every live entry, sorted, as new arrays."""
+        keys = self.key
+        vals = [self.vals[k] for k in names]
+        if self.dead:
+            keys, vals = keys[self.alive], [v[self.alive] for v in vals]
+        if len(self.ov_key):
+            at = np.searchsorted(keys, self.ov_key)
+            keys = np.insert(keys, at, self.ov_key)
+            vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
+        elif not self.dead:
+            keys, vals = keys.copy(), [v.copy() for v in vals]
+        return keys, vals
+
+    def entries(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new arrays."""
+        keys, vals = self._merged(*names)
+        return keys >> _SHIFT, keys & _LOW, vals
+
+    def csr(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr over ``n`` rows, cols) of the live entries, cols sorted within rows, as new arrays."""
+        n = self.n if n is None else n
+        nb = len(self.ptr) - 1
+        if not self.dead and not len(self.ov_key) and n >= nb:
+            return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.key & _LOW
+        keys, _ = self._merged()
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys >> _SHIFT, minlength=n), out=ptr[1:])
+        return ptr, keys & _LOW
+
+    def nbytes(self) -> int:
+        arrays: list[np.ndarray] = [self.ptr, self.key, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
+        return sum(a.nbytes for a in arrays) + (self._ov_ptr.nbytes if self._ov_ptr is not None else 0)
+
+
+class AppAdjacency:
+    """What the applications read of the live graph, kept from epoch to epoch (see the module docstring).
+
+    ``out`` holds (src, dst) -> live typed edges of the pair, ``inn`` the same keyed (dst, src); a
+    pair is there while at least one of its typed edges is live. Per edge type asked for through
+    :meth:`typed`, a table of its live edges (src, dst) -> (multiplicity, first add time)."""
+
+    def __init__(self, compact_fraction: float = COMPACT_FRACTION, compact_min: int = COMPACT_MIN) -> None:
+        self._kw: dict = {"compact_fraction": compact_fraction, "compact_min": compact_min}
+        self.n = 0
+        # A pair's count of live typed edges is at most the number of edge types (int16 ids).
+        self.out = RowTable({"count": np.int16}, **self._kw)
+        self.inn = RowTable(**self._kw)  # liveness only: the counts are read from ``out``
+        self._out_deg = Column(np.int32)  # distinct pairs out of each vertex
+        self._in_deg = Column(np.int32)
+        self._typed: dict[str, RowTable] = {}  # by type name: the tables asked for so far
+        self.builds = 0  # from the graph's columns (first epoch, full deltas); for tests
+
+    @classmethod
+    def from_graph(cls, g: GlobalGraph, **kw) -> AppAdjacency:
+        adj = cls(**kw)
+        adj.rebuild(g)
+        return adj
+
+    # -- from scratch ---------------------------------------------------------------------------
+
+    def rebuild(self, g: GlobalGraph) -> None:
+        """Every table from the graph's columns (the typed ones asked for so far, too)."""
+        self.builds += 1
+        n = g.n
+        src, dst, _ = g._live()
+        # SciPy's COO -> CSR is a counting sort by row (O(edges + vertices)), then a sort within rows.
+        m = sp.csr_matrix((np.ones(len(src), dtype=np.int32), (src, dst)), shape=(n, n))
+        m.sum_duplicates()
+        m.sort_indices()
+        t = m.T.tocsr()
+        t.sort_indices()
+        self.out = RowTable.from_csr(m.indptr, m.indices, {"count": m.data.astype(np.int16)}, **self._kw)
+        self.inn = RowTable.from_csr(t.indptr, t.indices, **self._kw)
+        self._out_deg, self._in_deg = Column(np.int32), Column(np.int32)
+        self._out_deg.extend(np.diff(m.indptr).astype(np.int32))
+        self._in_deg.extend(np.diff(t.indptr).astype(np.int32))
+        self.n = n
+        for name in list(self._typed):
+            self._typed[name] = self._typed_from(g, name, bool(self._typed[name].dtypes))
+
+    def _typed_from(self, g: GlobalGraph, etype: str, values: bool) -> RowTable:
+        """The live edges of one type, gathered from the shards' columns (with their multiplicity and
+        first add time when ``values``)."""
+        parts = []
+        t = g._type_index.get(etype)
+        if t is not None:
+            for se in g._shards.values():
+                keep = (se.mult.view > 0) & (se.etype.view == t)
+                parts.append((se.src.view[keep], se.dst.view[keep], se.mult.view[keep], se.first_ts.view[keep]))
+        if parts:
+            s, d, m, f = (np.concatenate(c) for c in zip(*parts))
+        else:
+            s = d = m = np.zeros(0, np.int64)
+            f = np.zeros(0, np.float64)
+        cols = {"mult": m.astype(np.int64), "first": f.astype(np.float64)} if values else {}
+        return RowTable.from_entries(g.n, s, d, cols, **self._kw)
+
+    # -- each epoch -----------------------------------------------------------------------------
+
+    def apply(self, g: GlobalGraph, changes: EdgeChanges, before: EdgeChanges) -> None:
+        """Fold in what an epoch (or several merged) changed: ``changes`` and, slot for slot, ``before``."""
+        self._grow(g.n)
+        if not len(changes):
+            return
+        step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
+        moved = np.flatnonzero(step)
+        if len(moved):
+            # A slot keeps its (src, dst): the new state names the pair of a slot either way.
+            keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
+            diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)
+            keys, diff = keys[diff != 0], diff[diff != 0]
+            found = self.out.find(keys)
+            old = self.out.value(found, "count", 0).astype(np.int64)
+            new = old + diff
+            if (new < 0).any():
+                raise ComputeError("a pair lost more live edges than the applications' adjacency held: the edge changes "
+                                   "do not follow the kept state (a bug; a full delta rebuilds it)")
+            live = new > 0
+            count = new.astype(np.int16)
+            self.out.assign(keys, live, {"count": count}, found)
+            rows, cols = keys >> _SHIFT, keys & _LOW
+            back = pack(cols, rows)
+            order = np.argsort(back)
+            self.inn.assign(back[order], live[order])
+            went = (old == 0).astype(np.int32) - (~live).astype(np.int32)
+            np.add.at(self._out_deg.view, rows, went)
+            np.add.at(self._in_deg.view, cols, went)
+        for name in list(self._typed):
+            self._apply_typed(g, name, changes)
+
+    def _apply_typed(self, g: GlobalGraph, etype: str, changes: EdgeChanges) -> None:
+        t = g._type_index.get(etype)
+        if t is None:
+            return
+        if changes.first_ts is None:
+            # Hand-made changes without first add times: gather the type again rather than guess them.
+            log.debug("edge changes carry no first add times: rebuilding the %s edges", etype)
+            self._typed[etype] = self._typed_from(g, etype, bool(self._typed[etype].dtypes))
+            return
+        sel = np.flatnonzero(changes.etype == t)
+        if not len(sel):
+            return
+        keys = pack(changes.src[sel], changes.dst[sel])
+        # One state per edge is expected; keep the last if the same edge came twice.
+        keys, last = np.unique(keys[::-1], return_index=True)
+        sel = sel[len(sel) - 1 - last]
+        table = self._typed[etype]
+        values = {"mult": changes.mult[sel].astype(np.int64), "first": changes.first_ts[sel].astype(np.float64)}
+        table.assign(keys, changes.mult[sel] > 0, {k: values[k] for k in table.dtypes})
+
+    def _grow(self, n: int) -> None:
+        if n <= self.n:
+            return
+        for deg in (self._out_deg, self._in_deg):
+            deg.extend(np.zeros(n - len(deg), dtype=np.int32))
+        for table in (self.out, self.inn, *self._typed.values()):
+            table.grow(n)
+        self.n = n
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def typed(self, g: GlobalGraph, etype: str, values: bool = True) -> RowTable:
+        """The live edges of ``etype`` (built from the graph on first use, kept from then on), with the
+        value columns ``mult`` and ``first`` when ``values``: a type read only as pairs (K-exposure's
+        mentions) keeps no values (16 bytes an edge)."""
+        table = self._typed.get(etype)
+        if table is None or (values and not table.dtypes):
+            table = self._typed[etype] = self._typed_from(g, etype, values)
+        table.grow(self.n)
+        return table
+
+    def out_degree(self) -> np.ndarray:
+        """Distinct pairs out of each vertex (a view: read only)."""
+        return self._out_deg.view[: self.n]
+
+    def in_degree(self) -> np.ndarray:
+        return self._in_deg.view[: self.n]
+
+    def nbytes(self) -> int:
+        return (self.out.nbytes() + self.inn.nbytes() + sum(t.nbytes() for t in self._typed.values())
+                + self._out_deg.nbytes + self._in_deg.nbytes)
