@@ -47,6 +47,17 @@ def recreate(broker, topic: str, partitions: int) -> None:
     admin.close()
 
 
+def refused(settings) -> str:
+    """Start on ``settings`` and return why the launch stopped (with Kafka the launch runs once the broker
+    answers, on its own thread: the pipeline gives up there, it does not raise)."""
+    p = Pipeline(settings).start()
+    try:
+        assert p.fatal.wait(60), p.status()
+        return str(p.fatal_error)
+    finally:
+        p.stop()
+
+
 def test_partitions_added_while_running_are_picked_up_with_their_entries_in_the_vector(ray_cluster, kafka_broker, tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="pulsegraph.topology")
     topic = kafka_broker.topic()
@@ -88,13 +99,7 @@ def test_a_topic_re_created_under_its_name_stops_the_service_and_its_restart(ray
         assert p.status()["status"] == "failed"
     finally:
         p.stop()
-    # Restarted, it refuses too (with Kafka the launch runs once the broker answers, so: fatal, not raised).
-    again = Pipeline(settings).start()
-    try:
-        assert again.fatal.wait(60), again.status()
-        assert "topic was deleted and re-created" in again.fatal_error, again.fatal_error
-    finally:
-        again.stop()
+    assert "topic was deleted and re-created" in refused(settings)
 
 
 def test_a_log_that_ends_below_the_history_is_refused_at_start(ray_cluster, kafka_broker, tmp_path):
@@ -113,9 +118,4 @@ def test_a_log_that_ends_below_the_history_is_refused_at_start(ray_cluster, kafk
     recreate(kafka_broker, topic, 1)
     send(kafka_broker, topic, 250, 0, "new")
     (tmp_path / "data" / FILE).unlink()
-    again = Pipeline(settings).start()
-    try:
-        assert again.fatal.wait(60), again.status()
-        assert f"{topic}:0 ends at offset 250, below offset 600" in again.fatal_error, again.fatal_error
-    finally:
-        again.stop()
+    assert f"{topic}:0 ends at offset 250, below offset 600" in refused(settings)
