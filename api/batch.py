@@ -9,7 +9,8 @@ the others go on. It knows nothing of HTTP beyond the API's errors, and nothing 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import orjson

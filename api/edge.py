@@ -85,7 +85,7 @@ def error_response(status: int, code: str, message: str, extra: tuple[tuple[byte
 class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the edge's bounds; a subclass per server binds ``edge``."""
 
-    edge: "Edge"
+    edge: Edge
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -14,7 +14,13 @@ import logging
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from api.batch import MAX_BODY_BYTES, MAX_EVENTS, MAX_JSON_VALUES, check_batch, parse_batch
+from api.batch import (
+    MAX_BODY_BYTES,
+    MAX_EVENTS,
+    MAX_JSON_VALUES,
+    check_batch,
+    parse_batch,
+)
 from api.deps import JSON, Context, Ctx, errors, require_write
 from api.exceptions import ApiError, PayloadTooLarge, RequestTimeout, Unavailable
 from api.models import Accepted

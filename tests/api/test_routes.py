@@ -92,7 +92,14 @@ def test_algorithms_come_from_the_epochs(running):
 def test_metrics_in_prometheus_text(running):
     _, client = running
     client.get("/v1/rank/top")
-    r = client.get("/metrics")
+    # Per-epoch figures are observed as epochs reach the app: wait for one after it was made (when this is
+    # the first test to use it, it may be a few milliseconds old).
+    deadline = time.monotonic() + 10
+    while True:
+        r = client.get("/metrics")
+        if 'pulsegraph_compute_seconds_count{algo="pagerank"}' in r.text or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
     for name in (

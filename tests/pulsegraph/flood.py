@@ -3,7 +3,8 @@ sockets must not count against the test process's descriptors, nor its loop hold
 
 Opens ``--sockets`` TCP connections that send nothing, as fast as it can, then for ``--seconds`` keeps
 that many open: each one the server closes is opened again, at most ``--reopen-rate`` a second and
-``--max-opens`` in all. Prints a JSON line when the burst is out and one at the end. Loopback only.
+``--max-opens`` in all, until SIGTERM. Prints a JSON line when the burst is out and one at the end.
+Loopback only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import errno
 import json
 import resource
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -50,8 +52,10 @@ def main() -> int:
     stats["burst_s"] = round(time.monotonic() - t0, 3)
     stats["peak_open"] = len(sel.get_map())
     print(json.dumps({"burst_done": True, **stats}), flush=True)
-    deadline = t0 + args.seconds
-    while time.monotonic() < deadline:
+    deadline = [t0 + args.seconds]
+    # SIGTERM ends the flood early (the test has measured enough), still with its final line.
+    signal.signal(signal.SIGTERM, lambda *_: deadline.__setitem__(0, 0.0))
+    while time.monotonic() < deadline[0]:
         for key, _ in sel.select(timeout=0.05):
             s = key.fileobj
             try:

@@ -236,7 +236,7 @@ def test_a_connection_flood_neither_starves_reads_nor_the_archive(service):
         top_latency(service.port)  # warm-up
     before = httpx.get(service.url("/v1/epochs/latest"), timeout=5).json()["epoch"]
     flood = subprocess.Popen(
-        [sys.executable, "-m", "tests.pulsegraph.flood", "--port", str(service.port), "--sockets", str(FLOOD), "--seconds", "8"],
+        [sys.executable, "-m", "tests.pulsegraph.flood", "--port", str(service.port), "--sockets", str(FLOOD), "--seconds", "30"],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )
     latencies: list[float] = []  # every request's time
@@ -246,13 +246,17 @@ def test_a_connection_flood_neither_starves_reads_nor_the_archive(service):
         burst = json.loads(flood.stdout.readline())  # type: ignore[union-attr]
         assert burst["peak_open"] >= FLOOD * 0.9, burst
         time.sleep(0.3)  # the burst's accept queue is taken in; the flood goes on, reopening what the server drops
+        # Probed for as long as the flood needs to give 20 samples (a loaded box gives them slower), at most 25 s.
+        t0 = time.monotonic()
         with quiet_gc():
-            while flood.poll() is None and len(samples) < 25:
+            while flood.poll() is None and len(samples) < 20 and time.monotonic() - t0 < 25:
                 peak_files = max(peak_files, open_files(service.proc.pid))
                 pair = [top_latency(service.port), top_latency(service.port)]
                 latencies += pair
                 samples.append(min(pair))
                 time.sleep(0.1)
+        assert flood.poll() is None, "the flood ended before the probes did"
+        flood.send_signal(signal.SIGTERM)
         end = json.loads(flood.communicate(timeout=30)[0].splitlines()[-1])
     finally:
         if flood.poll() is None:
@@ -266,7 +270,7 @@ def test_a_connection_flood_neither_starves_reads_nor_the_archive(service):
     print(f"flood: {burst} then {end}; /v1/rank/top over {len(latencies)} requests: p50 {1000 * ordered[len(ordered) // 2]:.1f} ms, "
           f"max {1000 * ordered[-1]:.1f} ms, samples p90 {1000 * typical:.1f} ms; service descriptors peak {peak_files}; "
           f"edge {health['edge']['connections']}")
-    assert len(samples) >= 10, "every probe was answered, for most of the flood"
+    assert len(samples) >= 10, "every probe was answered, while the flood held"
     assert typical < 0.1, f"/v1/rank/top took {1000 * typical:.0f} ms under the flood (9 samples in 10)"
     assert ordered[-1] < 1.0, "no request waited for a retransmitted SYN"
     assert peak_files < FILES - 100, "the connections came near the process's descriptor limit"
