@@ -6,14 +6,18 @@ every live edge type out and in (each with its count of live typed edges, and th
 degrees), and, per edge type asked for, its live edges with their multiplicity and first add
 time (K-exposure's edge lists and first-seen index).
 
-A table is a base CSR (``ptr``, ``col``, built at compaction, never written after) with an
-alive flag and value columns per base entry, plus an overlay of entries added since, sorted by
-``row << 32 | col``. An epoch marks the base entries it removes dead, revives or rewrites the
-ones it re-adds, and inserts the rest into the overlay: O(change) searches and one copy of the
-overlay. When the overlay and the dead entries pass ``compact_fraction`` of the base, the
-table is rebuilt from its own entries in O(entries + vertices): amortized, the work per epoch
-follows the change. Only the first epoch and a full delta (after a restore) build from the
-graph's columns. Everything is plain arrays, so a CuPy path can hold the same on the device.
+A table is a base (its entries' keys ``row << 32 | col``, sorted, and a row pointer into them,
+built at compaction and never written after) with an alive flag and value columns per base
+entry, plus an overlay of entries added since, sorted by key. An epoch marks the base entries
+it removes dead, revives or rewrites the ones it re-adds, and inserts the rest into the
+overlay: two binary searches per changed entry and one copy of the overlay. When the overlay
+and the dead entries pass ``compact_fraction`` of the base, the table is rebuilt from its own
+entries in O(entries + vertices): amortized, the work per epoch follows the change. Only the
+first epoch and a full delta (after a restore) build from the graph's columns.
+
+Everything is flat arrays (no per-vertex Python objects), so a CuPy path can hold the bases on
+the device as they are (searchsorted, gathers and masks have CuPy equivalents) and keep the
+overlay's inserts on the host, as :mod:`compute.resident` does with its overlay.
 
 Must not touch the rank engine; reads :class:`~compute.graph.GlobalGraph`'s shard columns only
 to build from scratch.
@@ -38,8 +42,8 @@ _SHIFT = np.int64(32)
 _LOW = np.int64(0xFFFFFFFF)
 # The overlay (and the dead base entries) may reach this share of the base before a rebuild.
 # A rebuild costs O(entries + vertices); at a quarter, a stream that adds 2% of the graph an
-# epoch rebuilds every ~12 epochs, and an overlay expansion (a binary search per row) stays a
-# small part of a whole-graph BFS.
+# epoch rebuilds every ~12 epochs (BENCHMARKS.md: every 7-11 at 1.5-3.1 M edges), and the
+# overlay copied on each insert stays a small part of an epoch.
 COMPACT_FRACTION = 0.25
 # Below this many overlay and dead entries a rebuild is never worth it (a few ms of searches).
 COMPACT_MIN = 8192
@@ -316,9 +320,10 @@ class RowTable:
 class AppAdjacency:
     """What the applications read of the live graph, kept from epoch to epoch (see the module docstring).
 
-    ``out`` holds (src, dst) -> live typed edges of the pair, ``inn`` the same keyed (dst, src); a
-    pair is there while at least one of its typed edges is live. Per edge type asked for through
-    :meth:`typed`, a table of its live edges (src, dst) -> (multiplicity, first add time)."""
+    ``out`` holds (src, dst) -> live typed edges of the pair, ``inn`` the same pairs keyed (dst, src);
+    a pair is there while at least one of its typed edges is live. Per edge type asked for through
+    :meth:`typed`, a table of its live edges (src, dst), with (multiplicity, first add time) when
+    they were asked for."""
 
     def __init__(self, compact_fraction: float = COMPACT_FRACTION, compact_min: int = COMPACT_MIN) -> None:
         self._kw: dict = {"compact_fraction": compact_fraction, "compact_min": compact_min}
