@@ -44,6 +44,8 @@ class Epoch:
     sealed_at: float = 0.0
     timeliness_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    # With a window: W_e, the largest event time among the transactions below the vector.
+    watermark: float | None = None
 
     def advance(self, to: EpochStatus) -> None:
         if _NEXT.get(self.status) is not to:
@@ -66,7 +68,8 @@ class Epoch:
 
 
 class EpochLog:
-    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}``, each fsynced before its epoch is applied."""
+    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
+    each fsynced before its epoch is applied."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -86,10 +89,11 @@ class EpochLog:
                 os.fsync(fh.fileno())
 
     def append(self, epoch: Epoch) -> None:
-        line = json.dumps(
-            {"epoch": epoch.number, "vector": epoch.vector, "records": epoch.records, "cut_at": epoch.cut_at},
-            sort_keys=True,
-        )
+        entry = {"epoch": epoch.number, "vector": epoch.vector, "records": epoch.records, "cut_at": epoch.cut_at}
+        if epoch.watermark is not None:
+            # A re-cut after a crash must apply the same window: the watermark is part of the epoch.
+            entry["watermark"] = epoch.watermark
+        line = json.dumps(entry, sort_keys=True)
         try:
             os.write(self._fd, line.encode() + b"\n")
             os.fsync(self._fd)

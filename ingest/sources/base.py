@@ -21,6 +21,9 @@ from ingest.exceptions import SourceError
 class Record(NamedTuple):
     offset: int
     value: bytes
+    # The time the source stored with the record, in seconds (Kafka: the broker's timestamp); 0: none.
+    # Stored with the record, so it is the same on every replay: a window may use it as event time.
+    ts: float = 0.0
 
 
 class SourcePartition(abc.ABC):

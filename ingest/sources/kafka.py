@@ -316,7 +316,7 @@ class KafkaClient(BaseKafkaClient):
                 self._out_of_range(tp.partition)
             return {}
         return {
-            tp.partition: [Record(r.offset, r.value if r.value is not None else b"") for r in recs]
+            tp.partition: [Record(r.offset, r.value if r.value is not None else b"", max(r.timestamp or 0, 0) / 1000.0) for r in recs]
             for tp, recs in batch.items() if recs
         }
 
