@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -133,6 +134,8 @@ class EpochLog:
                         if epoch.number != previous.number + 1:
                             raise EpochOrderError(f"epoch {epoch.number} comes after epoch {previous.number}, not {previous.number + 1}")
                         epoch.follows(previous)
+                        if entry.get("watermark", math.inf) < out[-1].get("watermark", -math.inf):
+                            raise EpochOrderError(f"the watermark goes back from {out[-1]['watermark']} to {entry['watermark']}")
                     except EpochOrderError as exc:
                         raise EpochLogError(
                             f"{path} line {line}: {exc}, so the log is not one history (a duplicated or edited "

@@ -87,10 +87,13 @@ def live_digraph(graph: dict, types: tuple[str, ...] | None = None):
     return g
 
 
-def window_reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int], window: float, transform: str = "edges") -> tuple[dict, float | None]:
+def window_reference(
+    records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int], window: float, transform: str = "edges",
+    record_ts: dict[tuple[str, int], float] | None = None,
+) -> tuple[dict, float | None]:
     """``S_e`` and ``W_e`` of a windowed service, word for word from the definition (README, "Sliding
     windows"): a transaction (one record) has the largest ``ts`` among its updates as its time (one
-    without is a dead letter, not a transaction); ``W_e`` is the largest time below the vector; ``S_e``
+    without takes ``record_ts[(partition, offset)]``, the broker's time, or is a dead letter); ``W_e`` is the largest time below the vector; ``S_e``
     holds the transactions with time in ``(W_e - window, W_e]``; a vertex is in it while it has a live
     edge there or attributes written there."""
     fn = get_transform(transform)
@@ -103,7 +106,7 @@ def window_reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[s
                 updates = fn(raw)
             except BadRecord:
                 continue
-            t = max((u.ts for u in updates if u.ts), default=0.0)
+            t = max((u.ts for u in updates if u.ts), default=0.0) or (record_ts or {}).get((p, offset), 0.0)
             if t:
                 txs.append((p, offset, t, updates))
     if not txs:
