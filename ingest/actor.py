@@ -21,7 +21,6 @@ from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
 from ingest.runtime import tune_gc
 from ingest.sources import SourceSpec, open_partitions
-from ingest.sources.kafka import KafkaPartition
 from ingest.transforms import Event, events_of, get_transform
 
 log = logging.getLogger(__name__)
@@ -106,16 +105,16 @@ class IngestActor:
         self._throttle = reason
 
     def status(self) -> dict:
-        clients = {id(c): c for c in (getattr(p, "client", None) for p in self._parts) if c is not None}
+        health = [p.health() for p in self._parts]
         return {
             "actor": self.actor_id,
             "node": ray.get_runtime_context().get_node_id(),
             "positions": {p.name: p.position() for p in self._parts},
             "exhausted": all(p.exhausted() for p in self._parts),
-            "connected": all(c.connected for c in clients.values()),
-            "source_error": next((c.error for c in clients.values() if c.error), None),
-            "lag": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.lag.items()},
-            "retention_lost": {f"{c.topic}:{p}": n for c in clients.values() for p, n in c.retention_lost.items()},
+            "connected": all(h.get("connected", True) for h in health),
+            "source_error": next((h["error"] for h in health if h.get("error")), None),
+            "lag": {p: n for h in health for p, n in h.get("lag", {}).items()},
+            "retention_lost": {p: n for h in health for p, n in h.get("retention_lost", {}).items()},
             "error": self._error,
             "throttled": self._throttle is not None,
             **self.stats,
@@ -204,5 +203,5 @@ class IngestActor:
         self.stats["rounds"] += 1
         # Upstream offsets (Kafka's consumer group) follow the durable epochs only.
         for part in self._parts:
-            if isinstance(part, KafkaPartition):
-                part.client.commit({part.partition: durable[part.name]} if part.name in durable else {})
+            if part.name in durable:
+                part.commit(durable[part.name])

@@ -364,6 +364,18 @@ class KafkaPartition(SourcePartition):
     def close(self) -> None:
         self.client.close()
 
+    def commit(self, offset: int) -> None:
+        self.client.commit({self.partition: offset})
+
+    def health(self) -> dict:
+        c, name = self.client, self.name
+        return {
+            "connected": c.connected,
+            "error": c.error,
+            "lag": {name: c.lag[self.partition]} if self.partition in c.lag else {},
+            "retention_lost": {name: c.retention_lost[self.partition]} if self.partition in c.retention_lost else {},
+        }
+
 
 def partition_number(name: str) -> int:
     return int(name.rsplit(":", 1)[1])
