@@ -81,8 +81,7 @@ def test_the_windowed_graph_is_the_definition_at_every_checked_vector_and_late_e
         entries = EpochLog.read(str(tmp_path / "data" / "epochs.log"))
         assert entries[-1].watermark == w
         assert all(a.watermark <= b.watermark for a, b in zip(entries, entries[1:]))
-        p.poll_status()
-        status = p.status()
+        status = p.poll_status()
         assert status["window"]["window_s"] == WINDOW and status["window"]["watermark"] == w
         assert status["window"]["late"] == late_by_the_log(records, entries) > 0
     finally:
