@@ -399,3 +399,83 @@ def test_the_engine_ranks_the_present_subgraph_on_every_backend(backend, method)
     engine.rescore()
     again = engine.host_scores()
     assert np.abs(kept["pagerank"] - again["pagerank"]).sum() <= 2e-7
+
+
+# -- against the real shard stores with a window (snapshots.store) ------------------------------------------
+
+
+def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0):
+    """Tweets (and removals) through real windowed shard stores, times rising with a little disorder and
+    some late; yields (the merged shard snapshots, the sealed epoch) epoch by epoch."""
+    import random  # noqa: PLC0415
+
+    from ingest.batch import Router  # noqa: PLC0415
+    from ingest.events import EdgeUpdate, fixed_weight  # noqa: PLC0415
+    from snapshots.store import ShardStore  # noqa: PLC0415
+    from tests.compute.test_apps import tweet  # noqa: PLC0415
+    from tests.graphref import merge  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    stores = [ShardStore(i, window) for i in range(shards)]
+    offset, watermark, live = 0, 0.0, []
+    for e in range(1, epochs + 1):
+        router = Router(shards)
+        for _ in range(rng.randrange(3, 9)):
+            ts = float(e + rng.choice([-8, -3, -1, 0, 0, 0, 1]))  # -8: already outside the window (late)
+            if live and rng.random() < 0.2:
+                s, d, t = rng.choice(live)
+                updates = [EdgeUpdate(s, d, t, -1, fixed_weight(1.0), ts)]
+            else:
+                updates = tweet(f"u{rng.randrange(10)}", [f"u{rng.randrange(10)}" for _ in range(rng.randrange(3))],
+                                [f"h{rng.randrange(3)}" for _ in range(rng.randrange(2))], ts=ts)
+                live += [(u.src, u.dst, u.type) for u in updates if isinstance(u, EdgeUpdate)]
+            router.add("p", offset, updates)
+            offset += 1
+        times, _ = router.stamp_times()
+        watermark = max([watermark, *times.values()])
+        for store, b in zip(stores, router.take()):
+            store.receive(b)
+        applied = [s.apply(e, {"p": offset}, watermark) for s in stores]
+        late = len({int(o) for summary, _ in applied for o in summary.late.get("p", [])})
+        info = {"epoch": e, "vector": {"p": offset}, "records": offset, "sealed_at": float(e), "commit_ms": 0.0,
+                "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}, "window": window, "watermark": watermark, "late": late}
+        yield merge([s.snapshot() for s in stores]), SealedEpoch(info, [d for _, d in applied])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_real_windowed_shards_rank_as_their_window(seed):
+    """The shards' own windowed snapshots (what the shard side holds to its definition) are the reference:
+    the stage, one epoch at a time and in merged pairs, must hold that graph and rank it."""
+    from ingest.events import WEIGHT_SCALE  # noqa: PLC0415
+
+    ranked = ("mentions",)
+    one, many = ComputeStage(ranked), ComputeStage(ranked)
+    batch: list[SealedEpoch] = []
+    expired = late = counted = 0
+    for snap, sealed_epoch in shard_window_epochs(seed):
+        late += sealed_epoch.info["late"]
+        batch.append(sealed_epoch)
+        stages = [(one, one.apply([sealed_epoch]))]
+        counted += stages[0][1].late
+        if len(batch) == 2:
+            stages.append((many, many.apply(batch)))
+            batch = []
+        live = {k: v for k, v in snap["edges"].items() if v[0] > 0}
+        present = set(snap["vertices"])
+        expired += sum(1 for k in one.graph.snapshot()["edges"] if k not in snap["edges"])
+        for stage, r in stages:
+            g = stage.graph
+            assert {k: v for k, v in g.snapshot()["edges"].items() if v[0] > 0} == live
+            assert r.vertices == len(present) and {g.names[i] for i in np.flatnonzero(r.present)} == present
+            assert r.edges == len(live) and r.watermark == sealed_epoch.info["watermark"]
+            weights: dict[tuple[str, str], float] = {}
+            for (s, d, t), (_, w) in live.items():
+                if t in ranked and w > 0:
+                    weights[(s, d)] = weights.get((s, d), 0.0) + w / WEIGHT_SCALE
+            nodes = sorted(present)
+            pr = pagerank_reference(nodes, weights)
+            got = np.array([r.scores["pagerank"][g.index[v]] for v in nodes])
+            assert np.abs(got - np.array([pr[v] for v in nodes])).sum() <= 2e-7
+            assert r.scores["pagerank"][~r.present].sum() == 0.0
+    assert expired > 0  # the window did expire edges (their slots then held others)
+    assert late > 0 and counted == late  # late events: counted per epoch, never in the graph
