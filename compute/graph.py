@@ -351,7 +351,9 @@ class GlobalGraph:
 
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
-        edge may sit in a dead slot and a live one; the live one is the edge."""
+        edge may sit in a dead slot and a live one; the live one is the edge. In window mode, as on the
+        shards, a slot with nothing left in the window (multiplicity and weight 0, no add time) holds
+        no edge, and the vertices are those in the snapshot."""
         edges: dict[tuple[str, str, str], tuple[int, int]] = {}
         first: dict[tuple[str, str, str], float] = {}
         for se in self._shards.values():
@@ -360,8 +362,11 @@ class GlobalGraph:
                 key = (self.names[s], self.names[d], self.types[t])
                 if m <= 0 and edges.get(key, (0, 0))[0] > 0:
                     continue
+                if self.windowed and m == 0 and w == 0 and f == np.inf:
+                    continue  # a released slot
                 edges[key], first[key] = (int(m), int(w)), float(f)
-        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names)}
+        present = self.present()
+        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names) if present is None or present[i]}
         return {"vertices": vertices, "edges": edges, "first_ts": first}
 
 
