@@ -11,6 +11,12 @@ have no results of their own. The graph after the merge is exactly the newest
 epoch's snapshot (deltas are absolute states), so no result is ever labelled
 with another epoch's number.
 
+Windows: an epoch's facts carry ``window`` (T in seconds, None when off),
+``watermark`` and ``late`` (read with ``.get``: absent means off). In window
+mode the graph keeps which vertices are in the snapshot, the rankings are those
+of the present subgraph, and the result counts the present vertices and carries
+their mask; ``late`` adds up over the epochs merged into one result.
+
 :mod:`compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
 """
 
