@@ -34,7 +34,8 @@ def vertex_in(store: ResultStore, view: EpochView, name: str) -> int:
     if not r.holds(i):
         # Known, but every edge and attribute of it has left the window: not in this epoch's snapshot.
         raise NotFound(
-            f"vertex {name!r} is outside the window at epoch {r.epoch} (window {r.window:g} s, watermark {r.watermark})",
+            f"vertex {name!r} is outside the window at epoch {r.epoch} (window {r.window} s, watermark {r.watermark}): "
+            "it has no live edge and no attribute written inside it",
             code="vertex_outside_window",
         )
     return i
