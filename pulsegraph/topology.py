@@ -237,7 +237,12 @@ class Pipeline:
                 )
             replay = [e for e in entries if e["epoch"] > manifest.epoch]
             log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
-            return manifest, {"epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay}
+            # The watermark goes on from the checkpoint's (logged with its epoch): W only grows.
+            watermark = next((e.get("watermark") for e in entries if e["epoch"] == manifest.epoch), None)
+            return manifest, {
+                "epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay,
+                "watermark": watermark,
+            }
         if entries:
             log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
             return None, {"epoch": 0, "vector": {}, "valid": {}, "replay": entries}
@@ -302,20 +307,20 @@ class Pipeline:
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
-                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i])
+                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]), s.window
             )
             for i in range(n_shards)
         ]
         starts = resume["vector"] if resume else {}
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
-            str(s.data_dir), s.checkpoint_every, resume,
+            str(s.data_dir), s.checkpoint_every, resume, s.window,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
-                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
+                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size, s.window is not None,
             )
             for i, parts in enumerate(owners)
             if parts
@@ -509,6 +514,9 @@ class Pipeline:
             "dead_letters": sum(i["dead_letters"] for i in ingest),
             "positions": {p: o for i in ingest for p, o in i["positions"].items()},
             "epoch_vector": coord["vector"],
+            # With a window: its length, the newest epoch's watermark, and the events that came too late.
+            "window": {"window_s": coord["window"], "watermark": coord["watermark"], "late": coord["late"]}
+            if coord.get("window") else None,
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 

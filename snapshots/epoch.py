@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class Epoch:
     sealed_at: float = 0.0
     timeliness_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    # With a window: W_e, the largest event time among the transactions below the vector.
+    watermark: float | None = None
 
     def advance(self, to: EpochStatus) -> None:
         if _NEXT.get(self.status) is not to:
@@ -66,7 +69,8 @@ class Epoch:
 
 
 class EpochLog:
-    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}``, each fsynced before its epoch is applied."""
+    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
+    each fsynced before its epoch is applied."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -86,10 +90,11 @@ class EpochLog:
                 os.fsync(fh.fileno())
 
     def append(self, epoch: Epoch) -> None:
-        line = json.dumps(
-            {"epoch": epoch.number, "vector": epoch.vector, "records": epoch.records, "cut_at": epoch.cut_at},
-            sort_keys=True,
-        )
+        entry = {"epoch": epoch.number, "vector": epoch.vector, "records": epoch.records, "cut_at": epoch.cut_at}
+        if epoch.watermark is not None:
+            # A re-cut after a crash must apply the same window: the watermark is part of the epoch.
+            entry["watermark"] = epoch.watermark
+        line = json.dumps(entry, sort_keys=True)
         try:
             os.write(self._fd, line.encode() + b"\n")
             os.fsync(self._fd)
@@ -129,6 +134,8 @@ class EpochLog:
                         if epoch.number != previous.number + 1:
                             raise EpochOrderError(f"epoch {epoch.number} comes after epoch {previous.number}, not {previous.number + 1}")
                         epoch.follows(previous)
+                        if entry.get("watermark", math.inf) < out[-1].get("watermark", -math.inf):
+                            raise EpochOrderError(f"the watermark goes back from {out[-1]['watermark']} to {entry['watermark']}")
                     except EpochOrderError as exc:
                         raise EpochLogError(
                             f"{path} line {line}: {exc}, so the log is not one history (a duplicated or edited "

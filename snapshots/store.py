@@ -36,6 +36,11 @@ MAX_VERTICES = 1 << 26
 MAX_TYPES = 1 << 12
 
 
+def edge_keys(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
+    """The packed key of each (src, dst, type)."""
+    return (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+
+
 class EdgeTable:
     """Append-only edge slots plus a sorted key index; slot ids never move."""
 
@@ -62,7 +67,7 @@ class EdgeTable:
         if len(src) == 0:
             z = np.zeros(0, dtype=np.int64)
             return (z, z) if rows else z
-        keys = (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+        keys = edge_keys(src, dst, etype)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
         starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
@@ -114,11 +119,7 @@ class EdgeTable:
         if not len(slots):
             return
         slots = np.unique(slots.astype(np.int64))
-        keys = (
-            (self.src.view[slots].astype(np.uint64) << SRC_SHIFT)
-            | (self.dst.view[slots].astype(np.uint64) << DST_SHIFT)
-            | self.etype.view[slots].astype(np.uint64)
-        )
+        keys = edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots])
         pos = np.searchsorted(self._keys, keys)
         self._keys = np.delete(self._keys, pos)
         self._slots = np.delete(self._slots, pos)
@@ -132,11 +133,7 @@ class EdgeTable:
         for name in ("src", "dst", "etype", "mult", "weight", "first_ts"):
             getattr(self, name).extend(cols[name])
         self._free = np.asarray(cols.get("free", np.zeros(0)), dtype=np.int64)
-        keys = (
-            (self.src.view.astype(np.uint64) << SRC_SHIFT)
-            | (self.dst.view.astype(np.uint64) << DST_SHIFT)
-            | self.etype.view.astype(np.uint64)
-        )
+        keys = edge_keys(self.src.view, self.dst.view, self.etype.view)
         held = np.ones(len(keys), dtype=bool)
         held[self._free] = False
         slots = np.flatnonzero(held)

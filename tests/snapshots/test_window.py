@@ -183,3 +183,18 @@ def test_time_log_expires_exactly_at_the_bound_and_finds_the_earliest_adds():
     assert log.earliest_adds(np.arange(20)).tolist() == want
     restored = TimeLog.restore(log.state())
     assert restored.earliest_adds(np.arange(20)).tolist() == want and len(restored) == len(log)
+
+
+def test_an_epoch_log_whose_watermark_goes_back_is_not_one_history(tmp_path):
+    import pytest
+
+    from snapshots.epoch import Epoch, EpochLog
+    from snapshots.exceptions import EpochLogError
+
+    path = str(tmp_path / "epochs.log")
+    log = EpochLog(path)
+    log.append(Epoch(1, {"p": 3}, watermark=50.0))
+    log.append(Epoch(2, {"p": 5}, watermark=40.0))
+    log.close()
+    with pytest.raises(EpochLogError, match="line 2: the watermark goes back from 50.0 to 40.0"):
+        EpochLog.read(path)
