@@ -60,17 +60,11 @@ class _PipelineCollector:
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], float(mem[key]))
                 yield g
-        watermark = None
         try:
             r = self._store.get().result
             latest = (r.epoch, r.vertices, r.edges)
-            watermark = getattr(r, "watermark", None)
         except Exception:  # noqa: BLE001 - no epoch yet
             latest = (0, 0, 0)
-        if watermark is not None:  # --window only
-            g = GaugeMetricFamily("pulsegraph_watermark_seconds", "the newest ranked epoch's watermark (event time, Unix seconds)")
-            g.add_metric([], float(watermark))
-            yield g
         for name, doc, value in zip(
             ("pulsegraph_epoch", "pulsegraph_vertices", "pulsegraph_edges"),
             ("newest epoch with results", "vertices in the newest epoch", "live edges in the newest epoch"),

@@ -147,16 +147,15 @@ class PathAnswer(BaseModel):
 
 
 class HealthWindow(BaseModel):
-    seconds: float = Field(description="--window T")
-    watermark: float | None = Field(description="the newest ranked epoch's watermark (Unix seconds)")
-    epoch: int = Field(description="the epoch these are of")
-    late: int = Field(description="events of that epoch that arrived already outside the window")
+    window_s: float = Field(description="--window T, in seconds")
+    watermark: float | None = Field(description="the newest cut epoch's watermark (Unix seconds)")
+    late: int = Field(description="events that arrived with their time already outside the window, since the launch")
 
 
 class Health(BaseModel):
     status: str
     epoch: int
-    window: HealthWindow | None = Field(None, description="the sliding window, as of the newest ranked epoch; null: windows off")
+    window: HealthWindow | None = Field(None, description="the sliding window (from the pipeline's status); null: windows off")
 
 
 class HistoryPoint(BaseModel):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import JSON, Context, Ctx
-from api.exceptions import NotFound
 from api.models import Health
 
 # /health names a bound as saturated from this share of it on: the pushback is near.
@@ -22,22 +21,9 @@ def edge_stats(ctx: Context) -> dict:
     return got
 
 
-def window_of(ctx: Context) -> dict | None:
-    """The window as of the newest ranked epoch (None: windows off, or no epoch yet)."""
-    try:
-        r = ctx.store.get().result
-    except NotFound:
-        return None
-    seconds = getattr(r, "window", None)
-    if seconds is None:
-        return None
-    return {"seconds": seconds, "watermark": getattr(r, "watermark", None), "epoch": r.epoch, "late": int(getattr(r, "late", 0) or 0)}
-
-
 @router.get("/health", response_model=Health, summary="liveness and what is connected")
 async def health(ctx: Ctx) -> JSON:
     body: dict = {"status": "ok", "epoch": ctx.store.latest_epoch, "writes": ctx.auth.writes, "events_sink": ctx.events_sink is not None}
-    body["window"] = window_of(ctx)
     if ctx.status is not None:
         # "degraded" while the ingest is disconnected, recovering or failed; the API itself still serves.
         body.update(ctx.status())
