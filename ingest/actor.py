@@ -58,9 +58,10 @@ class IngestActor:
         dead_letter_path: str,
         batch_size: int = 2000,
         event_time: bool = False,
+        log_level: str = "INFO",
     ) -> None:
         """``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times)."""
-        logging.basicConfig(level=logging.INFO)
+        logging.basicConfig(level=log_level)
         logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter drowns the pipeline's log
         self.actor_id = actor_id
         self._parts = open_partitions(spec, partitions, starts)
@@ -185,7 +186,7 @@ class IngestActor:
         differ on a replay, and S_e must be a pure function of V_e)."""
         stored = {p: {r.offset: r.ts for r in recs if r.ts} for p, (recs, _) in read.items()}
         latest, dropped = self._router.stamp_times(stored)
-        letters = []
+        letters: list[DeadLetter] = []
         for p, offsets in dropped.items():
             gone = set(offsets)
             events = [e for e in read[p][1] if e.offset in gone and (p, e.offset, e.event_index) not in rejected]

@@ -31,6 +31,7 @@ import ray
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
+from snapshots.recovery import RecoveryPlan
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,14 @@ class EpochCoordinator:
         interval_s: float | None,
         data_dir: str | None = None,
         checkpoint_every: int = 0,
-        resume: dict | None = None,
+        resume: RecoveryPlan | None = None,
         window: float | None = None,
+        log_level: str = "INFO",
     ) -> None:
-        """``resume``: ``{"epoch", "vector", "valid", "replay"}`` from the checkpoint the shards were
-        restored from; ``replay`` lists the epoch-log entries after it, which are cut again with
-        exactly their logged numbers and vectors, so history after a crash is the history before it."""
-        logging.basicConfig(level=logging.INFO)
+        """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
+        epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
+        watermarks, so history after a crash is the history before it."""
+        logging.basicConfig(level=log_level)
         self._shards = shards
         self._consumer = consumer
         self._log = EpochLog(log_path)
@@ -92,12 +94,12 @@ class EpochCoordinator:
         self._watermark: float | None = None
         self._late = 0  # transactions that arrived with their time already outside the window
         if resume:
-            self._watermark = resume.get("watermark")
-            self._progress = dict(resume["vector"])
-            self._valid = dict(resume["valid"])
-            self._durable = dict(resume["vector"])
-            self._last = Epoch(resume["epoch"], dict(resume["vector"]), EpochStatus.DURABLE)
-            self._replay.extend(e for e in resume.get("replay", []) if e["epoch"] > resume["epoch"])
+            self._watermark = resume.watermark
+            self._progress = dict(resume.vector)
+            self._valid = dict(resume.valid)
+            self._durable = dict(resume.vector)
+            self._last = Epoch(resume.epoch, dict(resume.vector), EpochStatus.DURABLE, watermark=resume.watermark)
+            self._replay.extend(e for e in resume.replay if e.epoch > resume.epoch)
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
         # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
@@ -125,16 +127,18 @@ class EpochCoordinator:
         self._handoff.join(timeout=60)
         self._log.close()
 
-    def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> dict[str, int]:
+    def report_progress(self, progress: dict[str, tuple], read_at: float, records: int) -> dict[str, int]:
         """Record delivered progress; answers the newest durable vector (what a source may commit upstream)."""
         with self._lock:
-            for p, (high, valid, *latest) in progress.items():
+            for p, report in progress.items():
+                high, valid = report[0], report[1]
+                latest = report[2] if len(report) > 2 else None
                 if high < self._progress.get(p, 0):
                     raise EpochOrderError(f"progress for {p} goes back from {self._progress[p]} to {high}")
                 self._progress[p] = high
                 self._valid[p] = self._valid.get(p, 0) + valid
-                if latest and latest[0] is not None:
-                    self._watermark = latest[0] if self._watermark is None else max(self._watermark, latest[0])
+                if latest is not None:
+                    self._watermark = latest if self._watermark is None else max(self._watermark, latest)
             self._pending.append((read_at, records))
             return self._durable
 
@@ -156,11 +160,11 @@ class EpochCoordinator:
                 if replaying:
                     # Re-cut a logged epoch once the sources have re-delivered everything below its vector.
                     head = self._replay[0]
-                    if any(self._progress.get(p, 0) < o for p, o in head["vector"].items()):
+                    if any(self._progress.get(p, 0) < o for p, o in head.vector.items()):
                         return None
                     self._replay.popleft()
-                    number, vector, records, valid = head["epoch"], dict(head["vector"]), head["records"], None
-                    watermark = head.get("watermark")
+                    number, vector, records, valid = head.epoch, dict(head.vector), head.records, None
+                    watermark = head.watermark
                 else:
                     vector = dict(self._progress)
                     if vector == (self._last.vector if self._last else {}) and not self._republish:

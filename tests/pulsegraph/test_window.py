@@ -64,9 +64,9 @@ def late_by_the_log(records, entries) -> int:
     times = {(p, o): max((e.get("ts") or 0.0) for e in [json.loads(raw)]) for p, recs in records.items() for o, raw in recs}
     for e in entries:
         for (p, o), t in times.items():
-            if t and before.get(p, 0) <= o < e["vector"].get(p, 0) and t <= e["watermark"] - WINDOW:
+            if t and before.get(p, 0) <= o < e.vector.get(p, 0) and t <= e.watermark - WINDOW:
                 late += 1
-        before = e["vector"]
+        before = e.vector
     return late
 
 
@@ -79,8 +79,8 @@ def test_the_windowed_graph_is_the_definition_at_every_checked_vector_and_late_e
         want, w = window_reference(records, view.result.vector, WINDOW)
         assert shard_graph(p) == want
         entries = EpochLog.read(str(tmp_path / "data" / "epochs.log"))
-        assert entries[-1]["watermark"] == w
-        assert all(a["watermark"] <= b["watermark"] for a, b in zip(entries, entries[1:]))
+        assert entries[-1].watermark == w
+        assert all(a.watermark <= b.watermark for a, b in zip(entries, entries[1:]))
         p.poll_status()
         status = p.status()
         assert status["window"]["window_s"] == WINDOW and status["window"]["watermark"] == w
