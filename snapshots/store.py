@@ -289,20 +289,7 @@ class ShardStore:
         for name, high in self.applied.items():
             if vector.get(name, 0) < high:
                 raise EpochOrderError(f"shard {self.shard}: vector shrinks for {name}: {vector.get(name, 0)} < {high}")
-        edge_parts, vertex_parts, txs = [], [], 0
-        for name, high in vector.items():
-            buf = self._buffers.get(name)
-            if buf is None or not buf.size():
-                continue
-            txs += int(np.searchsorted(buf.offsets, high))
-            buf.offsets = buf.offsets[buf.offsets >= high]
-            taken, buf.edges = _take_below(buf.edges, high)
-            if taken is not None and len(taken[0]):
-                edge_parts.append((name, taken))
-            taken, buf.vertices = _take_below(buf.vertices, high)
-            if taken is not None and len(taken[0]):
-                vertex_parts.append((name, taken))
-
+        edge_parts, vertex_parts, txs = self._take(vector)
         bound = None
         late: dict[str, np.ndarray] = {}
         expired = np.zeros(0, dtype=np.int64)
@@ -392,6 +379,24 @@ class ShardStore:
             late=late,
         )
         return summary, delta
+
+    def _take(self, vector: dict[str, int]) -> tuple[list, list, int]:
+        """Out of the buffers: the rows of every transaction below ``vector``, as (partition, columns)
+        for edges and for vertices, and how many transactions they are."""
+        edge_parts, vertex_parts, txs = [], [], 0
+        for name, high in vector.items():
+            buf = self._buffers.get(name)
+            if buf is None or not buf.size():
+                continue
+            txs += int(np.searchsorted(buf.offsets, high))
+            buf.offsets = buf.offsets[buf.offsets >= high]
+            taken, buf.edges = _take_below(buf.edges, high)
+            if taken is not None and len(taken[0]):
+                edge_parts.append((name, taken))
+            taken, buf.vertices = _take_below(buf.vertices, high)
+            if taken is not None and len(taken[0]):
+                vertex_parts.append((name, taken))
+        return edge_parts, vertex_parts, txs
 
     # -- the window ---------------------------------------------------------
     def _count_rows(self, slots: np.ndarray, sign: np.ndarray, step: int = 1) -> None:
