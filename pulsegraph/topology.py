@@ -3,6 +3,8 @@
 Builds the pipeline of DESIGN.md from one :class:`~pulsegraph.settings.Settings`:
 ingest actors -> shard actors -> epoch coordinator -> compute actor, and the
 API's result store and feed. It is the only place that knows every stage.
+Where to resume is planned by :mod:`snapshots.recovery`; when to relaunch is
+decided by :mod:`pulsegraph.supervisor`.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ingest.sources.kafka import TopicInfo, describe_topic, partition_number
 from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.lock import DataDirLock
-from pulsegraph.memory import MemoryGuard, node_used, service_memory
+from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
+from pulsegraph.supervisor import OBJECT_STORE_BYTES, STATUS_TIMEOUT_S, Supervisor
 from pulsegraph.settings import Settings, drop_secrets_from_environment
 from snapshots.coordinator import EpochCoordinator
 from snapshots.recovery import RecoveryPlan, plan_recovery
@@ -41,22 +44,11 @@ log = logging.getLogger(__name__)
 # The embedded Ray instance advertises at least this many CPUs: actors hold
 # none while they run, but each needs one to be scheduled.
 MIN_LOCAL_CPUS = 4
-# Plenty for epoch deltas of a single machine, and it keeps a laptop's shared memory free.
-OBJECT_STORE_BYTES = 512 * 1024 * 1024
 # The settings the compute actor reads (never the whole Settings: no token travels to an actor).
 RANKING_FIELDS = {
     "device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction",
     "landmarks", "landmark_drift", "topics_budget",
 }
-# How often the cached pipeline status behind /health is refreshed, and how long an actor
-# may take to answer it before it counts as lost (a busy actor answers within a few batches).
-STATUS_POLL_S = 1.0
-STATUS_TIMEOUT_S = 30.0
-# Wait before relaunching a lost pipeline, doubling while relaunches keep failing.
-RELAUNCH_BACKOFF_S = 0.5
-RELAUNCH_BACKOFF_MAX_S = 30.0
-# How often the Kafka topic is described again: partitions added are picked up within this.
-TOPIC_CHECK_S = 10.0
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 
@@ -148,12 +140,11 @@ class Pipeline:
         self._lifecycle = threading.Lock()  # a relaunch and stop() never interleave
         self.recoveries = 0
         self._lost_before: dict[str, int] = {}
-        self._topic: TopicInfo | None = None  # the Kafka topic as the actors were launched for it
-        self._next_topic_check = 0.0  # retention_lost of the actors before the last relaunch
         self._lock: DataDirLock | None = None
         self.sizing: dict = {}
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
+        self.supervisor = Supervisor(self)
         s = self.settings
         # Reads the store, not the actors: it lives as long as the service, across relaunches.
         self.results: ResultPublisher | None = None
@@ -204,7 +195,7 @@ class Pipeline:
             threading.Thread(target=self._launch_and_feed, args=(True,), name="pipeline-launch", daemon=True).start()
         else:
             self._launch_and_feed()
-        threading.Thread(target=self._watch, name="pipeline-status", daemon=True).start()
+        threading.Thread(target=self.supervisor.run, name="pipeline-status", daemon=True).start()
         return self
 
     def _launch_and_feed(self, background: bool = False) -> None:
@@ -254,7 +245,7 @@ class Pipeline:
         if s.source == "kafka":
             topic = self._kafka_topic()
             spec = dataclasses.replace(spec, partitions=topic.partitions)
-            self._topic = topic
+            self.supervisor.topic = topic
         manifest, resume = plan_recovery(s.data_dir, bool(s.checkpoint_every), s.shards)
         self._check_source(resume, spec.partition_names(), topic)
         nodes = alive_nodes()
@@ -360,44 +351,6 @@ class Pipeline:
         if callable(self.on_epoch):
             self.on_epoch(view)
 
-    def _watch(self) -> None:
-        """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
-        backoff = RELAUNCH_BACKOFF_S
-        while not self._stop.wait(STATUS_POLL_S):
-            if not self._launched.is_set():
-                continue
-            try:
-                status = self.poll_status()
-                self._status = {**status, **self._check_memory(status)}
-                lost = status["_lost"]
-            except RayActorError as exc:
-                lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            except GetTimeoutError:
-                # Busy is not dead: an actor deep in a large epoch answers late. A dead one fails
-                # its calls at once (RayActorError), so only that triggers a relaunch.
-                log.warning("an actor did not answer the status poll within %.0f s", STATUS_TIMEOUT_S)
-                continue
-            except Exception:  # noqa: BLE001 - keep the last status; report what failed
-                log.exception("pipeline status poll failed")
-                continue
-            lost = lost or self._topic_changed()
-            if not lost:
-                backoff = RELAUNCH_BACKOFF_S
-                continue
-            if self._stop.wait(backoff):
-                return
-            backoff = min(backoff * 2, RELAUNCH_BACKOFF_MAX_S)
-            try:
-                self._relaunch(lost)
-            except PulsegraphError as exc:
-                # Ours, not Ray's: the data folder or the source is not what its history says (a log
-                # that is not one history, a checkpoint of other shards, a re-created topic).
-                # Retrying cannot fix it; the operator can, and the message says how.
-                self._give_up(str(exc))
-                return
-            except Exception:  # noqa: BLE001 - the next poll finds it still broken and tries again
-                log.exception("relaunch failed")
-
     def _give_up(self, why: str) -> None:
         """Stop for good with ``why`` in /health and the log; the service exits (see :attr:`fatal`)."""
         log.error("the pipeline cannot recover by itself and stops: %s", why)
@@ -406,57 +359,6 @@ class Pipeline:
         self._status = {**self._status, "status": "failed", "ingest": "stopped", "error": why}
         self.fatal_error = why
         self.fatal.set()
-
-    def _topic_changed(self) -> str | None:
-        """Every TOPIC_CHECK_S: why the Kafka topic is not the one the actors were launched for (partitions
-        added, or the topic re-created), or None. A relaunch picks up new partitions from their first
-        offset, with their entries in the epoch vector; the launch check stops a re-created topic."""
-        if self._topic is None or time.monotonic() < self._next_topic_check:
-            return None
-        self._next_topic_check = time.monotonic() + TOPIC_CHECK_S
-        from kafka.errors import KafkaError
-
-        from ingest.exceptions import SourceError
-
-        try:
-            now = describe_topic(str(self.settings.bootstrap), str(self.settings.topic))
-        except (KafkaError, SourceError):
-            return None  # unreachable, or the topic is gone for now: the ingest actors report that
-        if now.topic_id != self._topic.topic_id:
-            return f"Kafka topic {self.settings.topic} was re-created (id {self._topic.topic_id}, now {now.topic_id})"
-        if now.partitions > self._topic.partitions:
-            return f"Kafka topic {self.settings.topic} grew from {self._topic.partitions} to {now.partitions} partitions"
-        return None
-
-    def measure_memory(self) -> int:
-        """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""
-        if self.settings.ray_address:
-            return node_used()
-        return service_memory(os.getpid(), OBJECT_STORE_BYTES)
-
-    def _check_memory(self, status: dict) -> dict:
-        """Measure, pause or resume the ingest actors, and say so in the status."""
-        guard = self.memory
-        if guard is None:
-            return {}
-        changed = guard.update(self.measure_memory())
-        reason = guard.reason()
-        if changed:
-            log.warning("ingest %s", f"throttled: {reason}" if reason else "resumes: memory is back under the budget")
-        if guard.outgrown() and not guard.warned:
-            guard.warned = True
-            log.error("%s", reason)
-        if changed or (guard.throttled and not all(i.get("throttled") for i in status.get("_ingest", []))):
-            ray.get([a.throttle.remote(reason) for a in self.ingest], timeout=STATUS_TIMEOUT_S)
-        out: dict = {"memory": {
-            "used_bytes": guard.used, "limit_bytes": guard.limit, "throttled": guard.throttled,
-            "throttled_seconds": round(guard.total_throttled_s(), 1),
-        }}
-        if guard.throttled:
-            out["memory"]["reason"] = reason
-            if status["ingest"] in ("running", "finished"):
-                out["ingest"] = "throttled"
-        return out
 
     def poll_status(self) -> dict:
         """Every actor answers (or this raises RayActorError), and what they say."""

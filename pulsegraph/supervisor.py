@@ -1,0 +1,138 @@
+"""Supervision: the watch over a running :class:`~pulsegraph.topology.Pipeline`.
+
+Once a second it polls every actor (the status behind /health), keeps the
+memory budget (pausing and resuming the ingest actors), and checks every
+TOPIC_CHECK_S that the Kafka topic is still the one the actors were launched
+for. When an actor died, an epoch failed or the topic changed, it relaunches
+the pipeline from the newest checkpoint, backing off while relaunches keep
+failing; an error only the operator can fix makes the pipeline give up.
+The pipeline builds and tears down actors; this module decides when.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from ingest.sources.kafka import TopicInfo, describe_topic
+from pulsegraph.errors import PulsegraphError
+from pulsegraph.memory import node_used, service_memory
+
+if TYPE_CHECKING:
+    from pulsegraph.topology import Pipeline
+
+log = logging.getLogger(__name__)
+
+# How often the cached pipeline status behind /health is refreshed, and how long an actor
+# may take to answer it before it counts as lost (a busy actor answers within a few batches).
+STATUS_POLL_S = 1.0
+STATUS_TIMEOUT_S = 30.0
+# Wait before relaunching a lost pipeline, doubling while relaunches keep failing.
+RELAUNCH_BACKOFF_S = 0.5
+RELAUNCH_BACKOFF_MAX_S = 30.0
+# How often the Kafka topic is described again: partitions added are picked up within this.
+TOPIC_CHECK_S = 10.0
+# Plenty for epoch deltas of a single machine, and it keeps a laptop's shared memory free.
+OBJECT_STORE_BYTES = 512 * 1024 * 1024
+
+
+class Supervisor:
+    def __init__(self, pipeline: "Pipeline") -> None:
+        self.pipeline = pipeline
+        self.topic: TopicInfo | None = None  # the Kafka topic as the actors were launched for it
+        self._next_topic_check = 0.0
+
+    def run(self) -> None:
+        """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
+        p = self.pipeline
+        backoff = RELAUNCH_BACKOFF_S
+        while not p._stop.wait(STATUS_POLL_S):
+            if not p._launched.is_set():
+                continue
+            try:
+                status = p.poll_status()
+                p._status = {**status, **self.check_memory(status)}
+                lost = status["_lost"]
+            except RayActorError as exc:
+                lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            except GetTimeoutError:
+                # Busy is not dead: an actor deep in a large epoch answers late. A dead one fails
+                # its calls at once (RayActorError), so only that triggers a relaunch.
+                log.warning("an actor did not answer the status poll within %.0f s", STATUS_TIMEOUT_S)
+                continue
+            except Exception:  # noqa: BLE001 - keep the last status; report what failed
+                log.exception("pipeline status poll failed")
+                continue
+            lost = lost or self.topic_changed()
+            if not lost:
+                backoff = RELAUNCH_BACKOFF_S
+                continue
+            if p._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, RELAUNCH_BACKOFF_MAX_S)
+            try:
+                p._relaunch(lost)
+            except PulsegraphError as exc:
+                # Ours, not Ray's: the data folder or the source is not what its history says (a log
+                # that is not one history, a checkpoint of other shards, a re-created topic).
+                # Retrying cannot fix it; the operator can, and the message says how.
+                p._give_up(str(exc))
+                return
+            except Exception:  # noqa: BLE001 - the next poll finds it still broken and tries again
+                log.exception("relaunch failed")
+
+    def topic_changed(self) -> str | None:
+        """Every TOPIC_CHECK_S: why the Kafka topic is not the one the actors were launched for (partitions
+        added, or the topic re-created), or None. A relaunch picks up new partitions from their first
+        offset, with their entries in the epoch vector; the launch check stops a re-created topic."""
+        if self.topic is None or time.monotonic() < self._next_topic_check:
+            return None
+        self._next_topic_check = time.monotonic() + TOPIC_CHECK_S
+        from kafka.errors import KafkaError
+
+        from ingest.exceptions import SourceError
+
+        try:
+            now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic))
+        except (KafkaError, SourceError):
+            return None  # unreachable, or the topic is gone for now: the ingest actors report that
+        if now.topic_id != self.topic.topic_id:
+            return f"Kafka topic {self.pipeline.settings.topic} was re-created (id {self.topic.topic_id}, now {now.topic_id})"
+        if now.partitions > self.topic.partitions:
+            return f"Kafka topic {self.pipeline.settings.topic} grew from {self.topic.partitions} to {now.partitions} partitions"
+        return None
+
+    def measure_memory(self) -> int:
+        """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""
+        if self.pipeline.settings.ray_address:
+            return node_used()
+        return service_memory(os.getpid(), OBJECT_STORE_BYTES)
+
+    def check_memory(self, status: dict) -> dict:
+        """Measure, pause or resume the ingest actors, and say so in the status."""
+        guard = self.pipeline.memory
+        if guard is None:
+            return {}
+        changed = guard.update(self.measure_memory())
+        reason = guard.reason()
+        if changed:
+            log.warning("ingest %s", f"throttled: {reason}" if reason else "resumes: memory is back under the budget")
+        if guard.outgrown() and not guard.warned:
+            guard.warned = True
+            log.error("%s", reason)
+        if changed or (guard.throttled and not all(i.get("throttled") for i in status.get("_ingest", []))):
+            ray.get([a.throttle.remote(reason) for a in self.pipeline.ingest], timeout=STATUS_TIMEOUT_S)
+        out: dict = {"memory": {
+            "used_bytes": guard.used, "limit_bytes": guard.limit, "throttled": guard.throttled,
+            "throttled_seconds": round(guard.total_throttled_s(), 1),
+        }}
+        if guard.throttled:
+            out["memory"]["reason"] = reason
+            if status["ingest"] in ("running", "finished"):
+                out["ingest"] = "throttled"
+        return out
