@@ -13,6 +13,7 @@ and are off (403) when none is configured, unless anonymous writes were asked fo
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +24,14 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 from api import queries
+from api.alerts import AlertBook
 from api.deps import JSON, Auth, Context, error, errors, require_read
 from api.edge import Edge, EdgeLimits
 from api.exceptions import ApiError
 from api.metrics import Metrics, TimingMiddleware
 from api.paths import DEFAULT_PATH_BFS_BUDGET
 from api.routes import (
+    alerts as alert_routes,
     components,
     epochs,
     events,
@@ -46,6 +49,8 @@ from api.routes import status as status_routes
 from api.store import EpochView, ResultStore
 from api.stream import Broadcaster, sse_frame
 
+log = logging.getLogger(__name__)
+
 def create_app(
     store: ResultStore,
     status: Callable[[], dict] | None = None,
@@ -58,6 +63,7 @@ def create_app(
     cors_origins: tuple[str, ...] | list[str] = (),
     path_bfs_budget: int = DEFAULT_PATH_BFS_BUDGET,
     limits: EdgeLimits | None = None,
+    alerts: AlertBook | None = None,
 ) -> FastAPI:
     """The app over ``store``.
 
@@ -69,15 +75,22 @@ def create_app(
     """
     limits = limits or EdgeLimits()
     broadcaster = Broadcaster(limits.max_streams)
+    book = alerts if alerts is not None else AlertBook(store)
     ctx = Context(
         store=store, auth=Auth(api_token, allow_anonymous_writes, protect_reads), limits=limits, edge=Edge(limits),
         broadcaster=broadcaster, metrics=Metrics(store, status, broadcaster), status=status, events_sink=events_sink,
         event_transform=event_transform, path_bfs_budget=path_bfs_budget,
         writes={"in_flight": 0, "max": limits.max_concurrent_writes, "refused": 0},
+        alerts=book,
     )
 
     def on_epoch(view: EpochView) -> None:
         ctx.metrics.on_epoch(view)
+        # Evaluated here, on the feed thread, before the streams wake: a stream reads them from the book.
+        try:
+            book.catch_up()
+        except Exception:  # noqa: BLE001 - a rule's fault must not stop the epoch stream; readers evaluate again
+            log.exception("alert evaluation failed")
         broadcaster.publish(sse_frame(view.result.epoch, view.info_json))
 
     @contextlib.asynccontextmanager
@@ -138,9 +151,10 @@ def create_app(
     app.mount(pages.DOCS_ASSETS_URL, StaticFiles(directory=str(pages.DOCS_ASSETS)), name="docs-assets")
     # Only when reads are protected do read routes carry the check (and its cost on the hot path).
     protected = ctx.auth.protect_reads
-    for router in (rank.router, epochs.router, vertices.router, components.router, topics.router, trends.router,
+    for router in (rank.router, epochs.router, alert_routes.router, vertices.router, components.router, topics.router, trends.router,
                    paths.router, search.router, stream.router, status_routes.router):
         app.include_router(router, dependencies=[Depends(require_read)] if protected else [],
                            responses=errors(401, 403) if protected else {})
     app.include_router(events.router)
+    app.include_router(alert_routes.writes)
     return app
