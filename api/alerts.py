@@ -235,7 +235,8 @@ def _message(spec: Any, event: str, subject: str, old: Any, new: Any) -> str:
         was = f"was {old}" if old is not None else "new vertex"
         return f"{subject} {event} the top {spec.k} of {spec.algo}: rank {new} ({was})"
     if spec.kind == "rank_move":
-        return f"{subject} {event} {abs(old - new)} places in {spec.algo}: rank {old} -> {new}"
+        moved = abs(old - new)
+        return f"{subject} {event} {moved} place{'s' if moved != 1 else ''} in {spec.algo}: rank {old} -> {new}"
     if spec.kind == "component_size":
         was = f"was {old}" if old is not None else "not a component of its own before"
         return f"the component of {subject} reached {new} vertices ({was})"
