@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import compile_path
 from starlette.staticfiles import StaticFiles
 
 from api import queries
@@ -50,6 +51,17 @@ from api.store import EpochView, ResultStore
 from api.stream import Broadcaster, sse_frame
 
 log = logging.getLogger(__name__)
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method the app's OpenAPI documents at the request's path (compiled once, at the first 405)."""
+    table = getattr(app.state, "methods_by_path", None)
+    if table is None:
+        table = app.state.methods_by_path = [
+            (compile_path(path)[0], {m.upper() for m in ops if m != "parameters"}) for path, ops in app.openapi()["paths"].items()
+        ]
+    path = request.url.path
+    return sorted(set().union(*(methods for regex, methods in table if regex.match(path))))
+
 
 def create_app(
     store: ResultStore,
@@ -140,9 +152,16 @@ def create_app(
         return error(422, "invalid_request", "; ".join(parts) or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSON:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only; a path served by routes of
+            # two routers (reads and writes of /v1/alerts/rules) must name them all.
+            methods = allowed_methods(app, request)
+            if methods:  # an undocumented path (the static files) keeps Starlette's answer
+                headers = {**(headers or {}), "Allow": ", ".join(methods)}
+        return error(exc.status_code, code, str(exc.detail), headers)
 
     for router in (pages.router, health.router):
         app.include_router(router)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 # The rankings the compute stage publishes (compute.engine.RankEngine); a test keeps the two in step.
 Algorithm = Literal["pagerank", "tunkrank"]
@@ -225,8 +225,17 @@ MAX_COUNT = 2**31 - 1
 Direction = Literal["up", "down", "both"]
 
 
+def _whole(value: object) -> object:
+    """JSON Schema's integer includes 5.0: a whole float is that integer (strict refuses "5" and true still)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeInt = Annotated[int, BeforeValidator(_whole)]
+
+
 class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: `false` is not 0, "5" is not 5; a rule says what it means or is refused.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str | None = Field(None, max_length=100, description="a label for people; alerts name the rule by its id")
 
@@ -234,7 +243,7 @@ class _Rule(BaseModel):
 class TopKRule(_Rule):
     kind: Literal["top_k"] = Field(description="a vertex enters or leaves the top k of a ranking")
     algo: Algorithm = "pagerank"
-    k: int = Field(ge=1, le=MAX_RANK)
+    k: WholeInt = Field(ge=1, le=MAX_RANK)
     on: Literal["enter", "leave", "both"] = "both"
     vertex: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this vertex only (default: any)")
 
@@ -242,10 +251,10 @@ class TopKRule(_Rule):
 class RankMoveRule(_Rule):
     kind: Literal["rank_move"] = Field(description="a vertex's rank moves by at least `places` between consecutive ranked epochs")
     algo: Algorithm = "pagerank"
-    places: int = Field(ge=1, le=MAX_COUNT)
+    places: WholeInt = Field(ge=1, le=MAX_COUNT)
     direction: Direction = Field("both", description="up: rose (a smaller rank number), down: fell")
     vertex: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this vertex only, at any rank")
-    within: int = Field(
+    within: WholeInt = Field(
         100, ge=1, le=MAX_RANK,
         description="without `vertex`: the vertices ranked within the top `within` of either epoch (held in both)",
     )
@@ -255,7 +264,7 @@ class ComponentSizeRule(_Rule):
     kind: Literal["component_size"] = Field(
         description="a weakly connected component reaches `size` vertices (a component is named by its representative, its vertex with the smallest internal id)",
     )
-    size: int = Field(ge=2, le=MAX_COUNT)
+    size: WholeInt = Field(ge=2, le=MAX_COUNT)
 
 
 class TopicPersistenceRule(_Rule):
@@ -263,7 +272,7 @@ class TopicPersistenceRule(_Rule):
     value: float = Field(ge=0, le=1)
     direction: Direction = Field("up", description="up: rises to `value` or above (a new topic too), down: falls below it")
     topic: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this hashtag only, e.g. #ai (default: any)")
-    min_users: int = Field(1, ge=1, le=MAX_COUNT, description="only topics tagged by at least this many users in the newer epoch")
+    min_users: WholeInt = Field(1, ge=1, le=MAX_COUNT, description="only topics tagged by at least this many users in the newer epoch")
 
 
 RuleSpec = Annotated[Union[TopKRule, RankMoveRule, ComponentSizeRule, TopicPersistenceRule], Field(discriminator="kind")]

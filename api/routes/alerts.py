@@ -45,7 +45,7 @@ def get_rule(ctx: Ctx, rule_id: RuleId) -> JSON:
 
 @writes.post(
     "/v1/alerts/rules", status_code=201, response_model=AlertRule, dependencies=[Depends(require_write)],
-    responses=errors(401, 403, 409, 503),
+    responses=errors(400, 401, 403, 409, 503),
     summary=f"add an alert rule (at most {MAX_RULES}: 409 too_many_rules past them); it applies from the next epoch on",
 )
 def create_rule(ctx: Ctx, rule: Annotated[RuleSpec, Body()]) -> JSON:

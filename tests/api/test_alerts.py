@@ -244,6 +244,13 @@ def test_changing_rules_needs_the_write_token(client, tmp_path):
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "writes_disabled"
 
 
+def test_reads_of_rules_and_alerts_follow_protect_reads():
+    c = TestClient(create_app(ResultStore(), api_token=TOKEN, protect_reads=True))
+    for path in ("/v1/alerts", "/v1/alerts/rules", "/v1/alerts/stream"):
+        assert c.get(path).status_code == 401, path
+    assert c.get("/v1/alerts", headers=AUTH).json() == {"items": [], "through": None, "more": False, "dropped": 0}
+
+
 @pytest.mark.parametrize("body", [
     {"kind": "top_k"},  # k missing
     {"kind": "top_k", "k": 0},
@@ -254,6 +261,8 @@ def test_changing_rules_needs_the_write_token(client, tmp_path):
     {"kind": "component_size", "size": 1},
     {"kind": "topic_persistence", "value": 1.5},
     {"kind": "topic_persistence", "value": "high"},
+    {"kind": "topic_persistence", "value": False},  # strict: false is not 0
+    {"kind": "top_k", "k": "5"},
     {"kind": "earthquake"},
     {"k": 5},
     [{"kind": "top_k", "k": 5}],
