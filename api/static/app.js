@@ -248,7 +248,9 @@ async function refreshAlerts() {
   const [page, rules] = await Promise.all([api(`/v1/alerts?limit=${ALERTS_SHOWN}`), api("/v1/alerts/rules")]);
   $("alerts-info").textContent = `${rules.items.length} rule${rules.items.length === 1 ? "" : "s"}` +
     (rules.items.length ? "" : " — add one with POST /v1/alerts/rules (see the API docs)");
-  const newest = page.items.slice(-ALERTS_SHOWN).reverse();  // a page is oldest first
+  // A page is oldest first and one epoch's alerts come whole, most notable first: newest epoch first, each
+  // epoch's own order kept (the sort is stable).
+  const newest = page.items.slice().sort((a, b) => b.epoch - a.epoch).slice(0, ALERTS_SHOWN);
   if (!newest.length) return;
   $("alerts-body").replaceChildren(...newest.map((a) => {
     const tr = document.createElement("tr");

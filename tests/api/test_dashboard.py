@@ -135,8 +135,9 @@ def test_the_latest_alerts_are_listed(browser, server):
     from tests.api.conftest import TOKEN
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    # Some vertex of the top 20 moves by a place in nearly every epoch of the synthetic stream.
-    made = httpx.post(server + "/v1/alerts/rules", json={"kind": "rank_move", "places": 1, "within": 20}, headers=auth)
+    # Some vertex of the top 1000 moves by a place in every epoch of the synthetic stream (the top 20
+    # settles once the stream has run for a minute).
+    made = httpx.post(server + "/v1/alerts/rules", json={"kind": "rank_move", "places": 1, "within": 1000}, headers=auth)
     assert made.status_code == 201, made.text
     rule = made.json()["id"]
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
