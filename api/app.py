@@ -130,7 +130,7 @@ def create_app(
     app.add_middleware(vertices.VertexPaths)
     if not ctx.auth.protect_reads:
         app.add_middleware(rank.FastTop, answer=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True))
-    app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream",))
+    app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
