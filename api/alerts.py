@@ -100,41 +100,53 @@ def _index_of(store: ResultStore, name: str | None, n: int) -> int | None:
     return i if i is not None and i < n else None
 
 
+def _holds(view: EpochView, ids: np.ndarray) -> np.ndarray:
+    """Per id, is the vertex in the epoch's snapshot (with --window, a known vertex may have left it)."""
+    r = view.result
+    present = getattr(r, "present", None)
+    if present is None:
+        return ids < r.vertices
+    p = np.asarray(present, dtype=bool)
+    return (ids < len(p)) & (p[np.minimum(ids, len(p) - 1)] if len(p) else False)
+
+
+def _pair_of(view: EpochView, prev: EpochView, algo: str, cand: np.ndarray) -> tuple:
+    """(cand, rank now, rank before (0: none), in the snapshot now, in it before) for the vertex ids ``cand``."""
+    new_r, old_r = np.asarray(view.ranks[algo]), np.asarray(prev.ranks[algo])
+    was_in = _holds(prev, cand) & (cand < len(old_r))  # a vertex new in this epoch had no rank before
+    old = np.zeros(len(cand), np.int64)
+    old[was_in] = old_r[cand[was_in]]
+    return cand, new_r[cand].astype(np.int64), old, _holds(view, cand), was_in
+
+
 def _ranked_pair(view: EpochView, prev: EpochView, algo: str, memo: dict) -> tuple | None:
-    """The vertices in the top MAX_RANK of ``algo`` in either epoch, with their ranks in both (0: not held
-    before), shared by the rules of one epoch (each rule then filters ~2,000 entries, never the graph)."""
+    """The vertices in the top MAX_RANK of ``algo`` in either epoch, shared by the rules of one epoch (each
+    rule then filters these ~2,000 entries, never the graph)."""
     key = ("ranked", algo)
     if key not in memo:
-        new_r, old_r = view.ranks.get(algo), prev.ranks.get(algo)
         got = None
-        if new_r is not None and old_r is not None:
+        if algo in view.ranks and algo in prev.ranks:
             cand = np.union1d(np.asarray(view.top[algo][:MAX_RANK]), np.asarray(prev.top[algo][:MAX_RANK])).astype(np.int64)
-            new = np.asarray(new_r)[cand].astype(np.int64)
-            held = cand < len(old_r)  # a vertex new in this epoch had no rank before
-            old = np.zeros(len(cand), np.int64)
-            old[held] = np.asarray(old_r)[cand[held]]
-            got = (cand, new, old, held)
+            got = _pair_of(view, prev, algo, cand)
         memo[key] = got
     return memo[key]
 
 
 def _one(view: EpochView, prev: EpochView, algo: str, store: ResultStore, name: str) -> tuple | None:
-    """(cand, new, old, held) of one watched vertex, at any rank."""
-    new_r, old_r = view.ranks.get(algo), prev.ranks.get(algo)
-    i = _index_of(store, name, len(new_r)) if new_r is not None and old_r is not None else None
-    if i is None or new_r is None or old_r is None:
+    """The same for one watched vertex, at any rank."""
+    if algo not in view.ranks or algo not in prev.ranks:
         return None
-    held = np.array([i < len(old_r)])
-    return np.array([i]), np.array([int(new_r[i])]), np.array([int(old_r[i]) if held[0] else 0]), held
+    i = _index_of(store, name, len(view.ranks[algo]))
+    return _pair_of(view, prev, algo, np.array([i], dtype=np.int64)) if i is not None else None
 
 
 def _top_k(spec: TopKRule, view: EpochView, prev: EpochView, store: ResultStore, memo: dict, limit: int) -> tuple[int, list[Found]]:
     got = _one(view, prev, spec.algo, store, spec.vertex) if spec.vertex is not None else _ranked_pair(view, prev, spec.algo, memo)
     if got is None:
         return 0, []
-    cand, new, old, held = got
+    cand, new, old, is_in, was_in = got
     k = spec.k
-    was, now = held & (old <= k), new <= k
+    was, now = was_in & (old <= k), is_in & (new <= k)
     names = store.names
     out: list[Found] = []
     count = 0
@@ -142,12 +154,12 @@ def _top_k(spec: TopKRule, view: EpochView, prev: EpochView, store: ResultStore,
         hit = np.flatnonzero(now & ~was)
         count += len(hit)
         for j in hit[np.argsort(new[hit], kind="stable")][:limit].tolist():
-            out.append(("entered", names[int(cand[j])], int(old[j]) if held[j] else None, int(new[j])))
+            out.append(("entered", names[int(cand[j])], int(old[j]) if was_in[j] else None, int(new[j])))
     if spec.on in ("leave", "both"):
         hit = np.flatnonzero(was & ~now)
         count += len(hit)
         for j in hit[np.argsort(old[hit], kind="stable")][: max(0, limit - len(out))].tolist():
-            out.append(("left", names[int(cand[j])], int(old[j]), int(new[j])))
+            out.append(("left", names[int(cand[j])], int(old[j]), int(new[j]) if is_in[j] else None))  # None: left the window
     return count, out
 
 
@@ -160,9 +172,9 @@ def _rank_move(spec: RankMoveRule, view: EpochView, prev: EpochView, store: Resu
         within = spec.within
     if got is None:
         return 0, []
-    cand, new, old, held = got
+    cand, new, old, is_in, was_in = got
     change = old - new  # places gained
-    keep = held & (np.abs(change) >= spec.places)  # held in both epochs: a new vertex has not moved
+    keep = is_in & was_in & (np.abs(change) >= spec.places)  # in both epochs: a vertex new (or gone) has not moved
     if within is not None:
         keep &= (new <= within) | (old <= within)
     if spec.direction == "up":
@@ -264,7 +276,8 @@ _KINDS: dict[str, Callable[..., tuple[int, list[Found]]]] = {
 def _message(spec: Any, event: str, subject: str, old: Any, new: Any) -> str:
     if spec.kind == "top_k":
         was = f"was {old}" if old is not None else "new vertex"
-        return f"{subject} {event} the top {spec.k} of {spec.algo}: rank {new} ({was})"
+        now = f"rank {new}" if new is not None else "out of the window"
+        return f"{subject} {event} the top {spec.k} of {spec.algo}: {now} ({was})"
     if spec.kind == "rank_move":
         moved = abs(old - new)
         return f"{subject} {event} {moved} place{'s' if moved != 1 else ''} in {spec.algo}: rank {old} -> {new}"

@@ -34,6 +34,16 @@ class _PipelineCollector:
         s = self._status() if self._status is not None else {}
         yield CounterMetricFamily("pulsegraph_records_ingested", "records read and turned into transactions", value=s.get("records", 0))
         yield CounterMetricFamily("pulsegraph_dead_letters", "records sent to the dead-letter sink", value=s.get("dead_letters", 0))
+        window = s.get("window")
+        if window:
+            yield CounterMetricFamily(
+                "pulsegraph_late_events", "events that arrived with their time already outside the window (never applied)",
+                value=window["late"],
+            )
+            if window["watermark"] is not None:
+                wm = GaugeMetricFamily("pulsegraph_watermark_seconds", "the newest epoch's watermark: the largest event time below its vector")
+                wm.add_metric([], float(window["watermark"]))
+                yield wm
         up = GaugeMetricFamily("pulsegraph_ingest_up", "1 while the ingest actors run, 0 when finished or failed")
         up.add_metric([], 1.0 if s.get("ingest") in ("running", "throttled") else 0.0)
         yield up

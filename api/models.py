@@ -32,6 +32,13 @@ class EpochInfo(BaseModel):
     error_bounds: dict[str, float] = Field(
         default_factory=dict, description="per ranking, the L1 error its scores are proven within (empty for epochs archived before bounds were kept)"
     )
+    window: float | None = Field(
+        None, description="--window T in seconds: the snapshot holds the events with event time in (watermark - T, watermark]; null: windows off"
+    )
+    watermark: float | None = Field(
+        None, description="the largest event time (Unix seconds) among the transactions below the epoch's vector; null: windows off"
+    )
+    late: int = Field(0, description="events of this epoch that arrived already older than the window (never entered the graph)")
 
 
 class EpochList(BaseModel):
@@ -139,9 +146,16 @@ class PathAnswer(BaseModel):
     distance: int | None = Field(description="the true distance when the budgeted BFS settled it")
 
 
+class HealthWindow(BaseModel):
+    window_s: float = Field(description="--window T, in seconds")
+    watermark: float | None = Field(description="the newest cut epoch's watermark (Unix seconds)")
+    late: int = Field(description="events that arrived with their time already outside the window, since the launch")
+
+
 class Health(BaseModel):
     status: str
     epoch: int
+    window: HealthWindow | None = Field(None, description="the sliding window (from the pipeline's status); null: windows off")
 
 
 class HistoryPoint(BaseModel):

@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 
 from api.exceptions import ApiError, NotFound
-from api.store import EpochView, ResultStore, mover_items
+from api.store import EpochView, ResultStore, held_in_both, mover_items
 from ingest.events import WEIGHT_SCALE
 
 
@@ -28,8 +28,16 @@ def view_with(store: ResultStore, epoch: int | None, algo: str | None = None) ->
 
 def vertex_in(store: ResultStore, view: EpochView, name: str) -> int:
     i = store.vertex_id(name)
-    if i >= view.result.vertices:
-        raise NotFound(f"vertex {name!r} is not in epoch {view.result.epoch}", code="vertex_not_found")
+    r = view.result
+    if i >= r.known_vertices():
+        raise NotFound(f"vertex {name!r} is not in epoch {r.epoch}", code="vertex_not_found")
+    if not r.holds(i):
+        # Known, but every edge and attribute of it has left the window: not in this epoch's snapshot.
+        raise NotFound(
+            f"vertex {name!r} is outside the window at epoch {r.epoch} (window {r.window} s, watermark {r.watermark}): "
+            "it has no live edge and no attribute written inside it",
+            code="vertex_outside_window",
+        )
     return i
 
 
@@ -60,7 +68,7 @@ def apps_of(view: EpochView, name: str) -> dict:
 
 
 def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
-    e, n = view.result.epoch, view.result.vertices
+    e, n = view.result.epoch, view.result.known_vertices()
     if "components" not in (getattr(view.result, "apps", None) or {}) or not store.components.covers(e):
         return None  # the application is off, or the epoch is from before a restart (labels not archived)
     label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
@@ -90,7 +98,7 @@ def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:
     items = []
     for v in store.recent(limit):
         ranks = v.ranks.get(algo)
-        if ranks is None or i >= len(ranks):
+        if ranks is None or i >= len(ranks) or not v.result.holds(i):
             continue
         items.append({"epoch": v.result.epoch, "score": float(v.result.scores[algo][i]), "rank": int(ranks[i])})
     items.reverse()
@@ -126,7 +134,8 @@ def movers(store: ResultStore, algo: str, from_: int | None, to: int | None, k: 
     to_e = b.result.epoch
     from_e = from_ if from_ is not None else _default_from(b)
     a = view_with(store, from_e, algo)
-    rising, falling = mover_items(a.ranks[algo], b.ranks[algo], b.result.scores[algo], store.names, k)
+    rising, falling = mover_items(a.ranks[algo], b.ranks[algo], b.result.scores[algo], store.names, k,
+                                  held_in_both(a.result, b.result))
     return {"algo": algo, "from": from_e, "to": to_e, "rising": rising, "falling": falling}
 
 
@@ -205,7 +214,7 @@ def usage(store: ResultStore, tag: str, limit: int) -> dict:
     points: list[dict[str, Any]] = []
     for v in store.recent(limit):
         t = (getattr(v.result, "apps", None) or {}).get("trends")
-        if t is None or i >= v.result.vertices:
+        if t is None or not v.result.holds(i):
             continue
         pos = np.searchsorted(t["tags"], i)
         used = int(t["usage"][pos]) if pos < len(t["tags"]) and t["tags"][pos] == i else 0

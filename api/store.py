@@ -84,9 +84,13 @@ def kept_json(obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def rank_order(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(vertex ids best first, 1-based rank per vertex id); ties break by vertex id, so the order is stable."""
-    order = np.argsort(-scores, kind="stable")
+def rank_order(scores: np.ndarray, present: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(vertex ids best first, 1-based rank per vertex id); ties break by vertex id, so the order is stable.
+    ``present`` (window mode): vertices outside the snapshot come after every vertex in it."""
+    if present is not None:
+        order = np.lexsort((-scores, ~np.asarray(present, dtype=bool)[: len(scores)]))
+    else:
+        order = np.argsort(-scores, kind="stable")
     ranks = np.empty(len(scores), dtype=np.int32)
     ranks[order] = np.arange(1, len(scores) + 1, dtype=np.int32)
     return order, ranks
@@ -114,12 +118,15 @@ def certified_ranks(scores_best_first: np.ndarray, bound: float | None) -> int:
     return int(weak[0]) + 1 if len(weak) else len(s)
 
 
-def movers_of(from_ranks: np.ndarray, to_ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def movers_of(from_ranks: np.ndarray, to_ranks: np.ndarray, k: int, held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rising ids, falling ids, change per id) between two epochs' 1-based ranks, over the vertices both
-    hold: at most ``k`` each, most places moved first, ties by the newer rank (so the answer is stable)."""
+    hold: at most ``k`` each, most places moved first, ties by the newer rank (so the answer is stable).
+    ``held`` (window mode): per vertex id, is it in both snapshots; the others did not move."""
     n = min(len(from_ranks), len(to_ranks))
     r1, r2 = np.asarray(from_ranks)[:n].astype(np.int64), np.asarray(to_ranks)[:n].astype(np.int64)
     change = r1 - r2
+    if held is not None:
+        change = np.where(np.asarray(held[:n], dtype=bool), change, 0)
 
     def pick(sign: int) -> np.ndarray:
         c = change * sign
@@ -131,10 +138,24 @@ def movers_of(from_ranks: np.ndarray, to_ranks: np.ndarray, k: int) -> tuple[np.
     return pick(1), pick(-1), change
 
 
-def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: list[str], k: int) -> tuple[list[dict], list[dict]]:
+def held_in_both(a: EpochResult, b: EpochResult) -> np.ndarray | None:
+    """Per vertex id, is it in both epochs' snapshots (window mode); None when neither carries presence."""
+    pa, pb = getattr(a, "present", None), getattr(b, "present", None)
+    if pa is None and pb is None:
+        return None
+    n = min(a.known_vertices(), b.known_vertices())
+
+    def held(r: EpochResult, p: np.ndarray | None) -> np.ndarray:
+        return np.asarray(p[:n], dtype=bool) if p is not None else np.arange(n) < r.vertices
+
+    return held(a, pa) & held(b, pb)
+
+
+def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: list[str], k: int,
+                held: np.ndarray | None = None) -> tuple[list[dict], list[dict]]:
     """The movers form ``{"vertex", "from_rank", "to_rank", "change", "score"}`` of :func:`movers_of`
     (``score``: in the newer epoch), rising and falling; /v1/movers and the results topic answer it."""
-    rising, falling, change = movers_of(from_ranks, to_ranks, k)
+    rising, falling, change = movers_of(from_ranks, to_ranks, k, held)
 
     def items(ids: np.ndarray) -> list[dict]:
         return [
@@ -185,12 +206,15 @@ class ResultStore:
         for r in sorted(results, key=lambda r: r.epoch):
             top: dict[str, np.ndarray] = {}
             ranks = dict((ranks_of or {}).get(r.epoch) or {})
+            present = getattr(r, "present", None)
+            # Window mode: the top lists only vertices in the snapshot (they rank ahead of the others).
+            shown = TOP_CACHE if present is None else min(TOP_CACHE, r.vertices)
             for algo, scores in r.scores.items():
                 if algo in ranks:
-                    top[algo] = top_of(ranks[algo])
+                    top[algo] = top_of(ranks[algo])[:shown]
                 else:
-                    order, ranks[algo] = rank_order(np.asarray(scores))
-                    top[algo] = order[:TOP_CACHE]
+                    order, ranks[algo] = rank_order(np.asarray(scores), present)
+                    top[algo] = order[:shown]
             info = r.info()
             # An archived epoch given with its ranks is read from its file already.
             views.append(EpochView(r, info, top, ranks, kept_json(info), cold=r.epoch in (ranks_of or {})))
@@ -325,8 +349,9 @@ class ResultStore:
             raise NotFound(f"unknown vertex {name!r}", code="vertex_not_found")
         return i
 
-    def search(self, prefix: str, limit: int, vertices: int, scan: int = 10_000) -> list[str]:
-        """Up to ``limit`` names starting with ``prefix`` among the first ``vertices`` ids, in name order.
+    def search(self, prefix: str, limit: int, vertices: int, scan: int = 10_000, present: np.ndarray | None = None) -> list[str]:
+        """Up to ``limit`` names starting with ``prefix`` among the first ``vertices`` ids, in name order
+        (``present``, window mode: only the ids it marks).
 
         Looks at no more than ``scan`` candidates, so a prefix shared by most
         vertices of a later epoch cannot make one request walk the whole index.
@@ -339,7 +364,8 @@ class ResultStore:
             name = names[i]
             if not name.startswith(prefix):
                 break
-            if self.index.get(name, vertices) < vertices:
+            i_name = self.index.get(name, vertices)
+            if i_name < vertices and (present is None or bool(present[i_name])):
                 out.append(name)
             i += 1
         return out

@@ -25,7 +25,7 @@ from compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
 from compute.apps.runner import Applications
 from compute.graph import EdgeChanges, GlobalGraph
 from ingest.batch import Router
-from ingest.sources.base import SourceSpec, open_partitions
+from ingest.sources import SourceSpec, open_partitions
 from ingest.transforms import get_transform
 from snapshots.store import ShardStore
 

@@ -103,8 +103,15 @@ class RankEngine:
             return "sweep"
         return "push"
 
-    def update(self, n: int, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray, method: str | None = None) -> dict[str, AlgoRun]:
-        """Absorb one epoch: ``n`` vertices now, ``A[src, dst] += dweight`` (host arrays), and re-rank."""
+    def update(
+        self, n: int, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray, method: str | None = None,
+        present: np.ndarray | None = None, flips: np.ndarray | None = None,
+    ) -> dict[str, AlgoRun]:
+        """Absorb one epoch: ``n`` vertices now, ``A[src, dst] += dweight`` (host arrays), and re-rank.
+
+        Window mode: ``present`` is the host mask of the vertices in the snapshot (only its entries for
+        new vertices and for ``flips``, the older vertices whose presence changed, are read), and the
+        rankings are those of the present subgraph (see :mod:`compute.incremental`)."""
         be = self.be
         t0 = time.perf_counter()
         src = np.asarray(src, dtype=np.int64)
@@ -116,6 +123,13 @@ class RankEngine:
         retract_ms = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()
+            if present is not None:
+                s = algo.solver
+                old = s.n
+                s.grow(present[old:n])
+                moved = np.asarray(flips if flips is not None else np.zeros(0, np.int64), dtype=np.int64)
+                moved = moved[moved < old]
+                s.set_rhs(moved, present[moved])
             if method == "push":
                 algo.retract(rows)
             else:

@@ -5,6 +5,17 @@ epoch adds in name order, so independent of the shard count and the batching)
 and one column set per shard indexed by the shard's edge slot, so a delta is
 applied with a few scatter writes and no search. It builds the CSR matrices the
 algorithms run on. It must not reach back into shards: deltas are all it sees.
+
+Windows (``--window T``): a shard may hand a slot whose edge died (nothing of it
+left in the window) to a different ``(src, dst, type)``, so a slot's endpoints
+are not fixed. :meth:`GlobalGraph.apply_epochs` therefore answers per *edge*,
+not per slot: a reused slot becomes two rows (the old edge going to nothing,
+the new one coming from nothing), and an edge that moved slots within the
+batch is one row. Everything downstream (degrees, the ranked adjacency, the
+applications, the API's graph view) may then assume that a row's before and
+after name the same edge. In window mode the graph also keeps which vertices
+are in the snapshot (a live edge, or attributes written inside the window),
+from the vertices each merge touched, never from a scan.
 """
 
 from __future__ import annotations
@@ -76,8 +87,13 @@ class _ShardEdges:
         )
 
 
+def _no_attrs(raw: bytes | None) -> bool:
+    """No attributes: never written, or written as ``null`` (a window's expiry of the write)."""
+    return raw is None or raw == b"null"
+
+
 class GlobalGraph:
-    def __init__(self) -> None:
+    def __init__(self, windowed: bool = False) -> None:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.attrs = AttrTable()  # encoded, as the shards send them
@@ -86,12 +102,53 @@ class GlobalGraph:
         self._shards: dict[int, _ShardEdges] = {}
         # Kept up to date by every merge (see _count), so an epoch never scans the whole graph for them.
         self._live_count = 0
+        self._attr_touched: list[int] = []  # written by the merge under way
         self._out = Column(np.int32)
         self._in = Column(np.int32)
+        # Presence (window mode only; outside it every vertex touched so far is in the snapshot).
+        self.windowed = windowed
+        self._has_attrs = Column(np.bool_)  # non-null attributes, kept by every merge
+        self._present = Column(np.bool_)  # in the snapshot: a live edge, or non-null attributes
+        self._present_count = 0
+        # Vertices below the previous merge's vertex count whose presence flipped in the last merge
+        # (the rankings shift their right-hand side there; newer vertices they take from the mask).
+        self.flips = np.zeros(0, dtype=np.int64)
+        self._switched = self.flips  # flips of a switch to window mode, not yet reported by a merge
 
     @property
     def n(self) -> int:
         return len(self.names)
+
+    def set_windowed(self, windowed: bool) -> None:
+        """Switch presence on or off; switching on recomputes the mask once from the degrees and
+        attributes (``flips`` then names every known vertex that is absent)."""
+        if windowed == self.windowed:
+            return
+        self.windowed = windowed
+        self._present = Column(np.bool_)
+        self._present_count = 0
+        self.flips = np.zeros(0, dtype=np.int64)
+        if windowed:
+            self._sync_columns()
+            out, inn = self.degrees()
+            present = (out > 0) | (inn > 0) | self._has_attrs.view[: self.n]
+            self._present.extend(present)
+            self._present_count = int(np.count_nonzero(present))
+            # Until now every vertex counted as present: the absent ones flip (reported with the next merge too).
+            self.flips = self._switched = np.flatnonzero(~present).astype(np.int64)
+
+    @property
+    def present_count(self) -> int:
+        """Vertices in the snapshot: in window mode those with a live edge or attributes, else all."""
+        return self._present_count if self.windowed else self.n
+
+    def present(self) -> np.ndarray | None:
+        """Per vertex, is it in the snapshot (a read-only view); None outside window mode (all are)."""
+        if not self.windowed:
+            return None
+        v = self._present.view[: self.n]
+        v.flags.writeable = False
+        return v
 
     def ids_state(self) -> dict:
         """What fixes the global ids: vertex names and edge types in id order (see :meth:`restore_ids`)."""
@@ -113,14 +170,15 @@ class GlobalGraph:
         return self.apply_with_previous(delta)[0]
 
     def apply_with_previous(self, delta: EpochDelta) -> tuple[EdgeChanges, EdgeChanges]:
-        """Merge one shard's delta; returns its edge changes and, slot for slot, the state those
-        edges had before (zeros for new slots), so a consumer can apply the difference."""
+        """Merge one shard's delta; returns its edge changes and, row for row, the state those
+        edges had before (zeros for new edges), so a consumer can apply the difference."""
         return self.apply_epochs([[delta]])
 
     def apply_epochs(self, epochs: list[list[EpochDelta]]) -> tuple[EdgeChanges, EdgeChanges]:
         """Merge the deltas of one or more consecutive epochs, oldest first. Returns the edges they
-        changed, each once, with its state after the last of them and, slot for slot, its state
-        before the first (zeros for new slots): what the epochs did together."""
+        changed, each once, with its state after the last of them and, row for row, its state
+        before the first (zeros for new edges): what the epochs did together. Rows are edges, not
+        slots (see :func:`by_edge`): a row's before and after always name the same edge."""
         by_shard: dict[int, list[np.ndarray]] = {}
         for deltas in epochs:
             for d in deltas:
@@ -142,12 +200,13 @@ class GlobalGraph:
                 self.names.append(name)
             for d in sorted(deltas, key=lambda d: d.shard):
                 self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d)
-        changes = []
-        for sh in sorted(slots):
-            after = self._shards[sh].state(slots[sh])
-            self._count(before[sh], after)
-            changes.append(after)
-        return EdgeChanges.concat(changes), EdgeChanges.concat([before[sh] for sh in sorted(slots)])
+        order = sorted(slots)
+        after = EdgeChanges.concat([self._shards[sh].state(slots[sh]) for sh in order])
+        was = EdgeChanges.concat([before[sh] for sh in order])
+        after, was = by_edge(after, was, moved=self.windowed)
+        touched = self._count(was, after)
+        self._update_presence(touched)
+        return after, was
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta) -> None:
         if len(delta.new_ids):
@@ -163,8 +222,14 @@ class GlobalGraph:
                     self.names.append(name)
                 gids[i] = g
             ids.view[delta.new_ids] = gids
+        if len(delta.attr_ids):
+            self._sync_columns()
         for lid, attrs in zip(delta.attr_ids.tolist(), delta.attrs):
-            self.attrs.put(int(se.local_to_global.view[lid]), attrs if isinstance(attrs, bytes) else encode(attrs))
+            gid = int(se.local_to_global.view[lid])
+            raw = attrs if isinstance(attrs, bytes) else encode(attrs)
+            self.attrs.put(gid, raw)
+            self._has_attrs.view[gid] = not _no_attrs(raw)
+            self._attr_touched.append(gid)
         if len(delta.e_slot):
             tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)
             se.grow(int(delta.e_slot.max()) + 1)
@@ -178,16 +243,46 @@ class GlobalGraph:
             if len(delta.e_first_ts) == len(s):
                 se.first_ts.view[s] = delta.e_first_ts
 
-    def _count(self, before: EdgeChanges, after: EdgeChanges) -> None:
-        """Keep the live edge count and the degrees from what changed, not from a scan of the graph."""
+    def _sync_columns(self) -> None:
+        """Per-vertex columns as long as the vertex ids (new vertices: no degree, no attributes)."""
+        n = self.n
+        for col in (self._out, self._in, self._has_attrs):
+            if len(col) < n:
+                col.extend(np.zeros(n - len(col), dtype=col.view.dtype))
+
+    def _count(self, before: EdgeChanges, after: EdgeChanges) -> np.ndarray:
+        """Keep the live edge count and the degrees from what changed, not from a scan of the graph;
+        returns the vertices whose degree moved. Retractions go by the edge's ends *before* and
+        additions by its ends *after*, so this holds even for rows of a reused slot."""
         was, now = before.mult > 0, after.mult > 0
         self._live_count += int(np.count_nonzero(now)) - int(np.count_nonzero(was))
-        step = now.astype(np.int32) - was.astype(np.int32)
-        moved = step != 0
-        for deg, ends in ((self._out, after.src), (self._in, after.dst)):
-            if len(deg) < self.n:
-                deg.extend(np.zeros(self.n - len(deg), dtype=np.int32))
-            np.add.at(deg.view, ends[moved], step[moved])
+        same = (before.src == after.src) & (before.dst == after.dst)
+        gone, came = was & ~(now & same), now & ~(was & same)
+        self._sync_columns()
+        for deg, b_end, a_end in ((self._out, before.src, after.src), (self._in, before.dst, after.dst)):
+            np.add.at(deg.view, b_end[gone], -1)
+            np.add.at(deg.view, a_end[came], 1)
+        return np.concatenate([before.src[gone], before.dst[gone], after.src[came], after.dst[came]]).astype(np.int64)
+
+    def _update_presence(self, touched: np.ndarray) -> None:
+        """Presence of the vertices a merge touched (their degrees moved, their attributes were written)
+        and of the vertices new since the last merge; ``flips`` names the older ones that changed."""
+        attr_touched = np.asarray(self._attr_touched, dtype=np.int64)
+        self._attr_touched = []
+        if not self.windowed:
+            return
+        self._sync_columns()
+        old = len(self._present)
+        if old < self.n:
+            self._present.extend(np.zeros(self.n - old, dtype=bool))
+        ids = np.unique(np.concatenate([touched, attr_touched, np.arange(old, self.n, dtype=np.int64)]))
+        now = (self._out.view[ids] > 0) | (self._in.view[ids] > 0) | self._has_attrs.view[ids]
+        prev = self._present.view[ids]
+        self._present_count += int(np.count_nonzero(now)) - int(np.count_nonzero(prev))
+        flipped = (now != prev) & (ids < old)
+        self._present.view[ids] = now
+        self.flips = np.union1d(self._switched, ids[flipped]) if len(self._switched) else ids[flipped]
+        self._switched = np.zeros(0, dtype=np.int64)
 
     def type_mask(self, types: tuple[str, ...] | None) -> np.ndarray:
         """Boolean per type id: is it among ``types`` (None: every type)."""
@@ -255,12 +350,75 @@ class GlobalGraph:
         return self._live_count
 
     def snapshot(self) -> dict:
-        """The whole graph by name, in the same form as a shard's snapshot."""
-        edges, first = {}, {}
+        """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
+        edge may sit in a dead slot and a live one; the live one is the edge. In window mode, as on the
+        shards, a slot with nothing left in the window (multiplicity and weight 0, no add time) holds
+        no edge, and the vertices are those in the snapshot."""
+        edges: dict[tuple[str, str, str], tuple[int, int]] = {}
+        first: dict[tuple[str, str, str], float] = {}
         for se in self._shards.values():
             cols = (se.src.view, se.dst.view, se.etype.view, se.mult.view, se.weight.view, se.first_ts.view)
             for s, d, t, m, w, f in zip(*cols):
                 key = (self.names[s], self.names[d], self.types[t])
+                if m <= 0 and edges.get(key, (0, 0))[0] > 0:
+                    continue
+                if self.windowed and m == 0 and w == 0 and f == np.inf:
+                    continue  # a released slot
                 edges[key], first[key] = (int(m), int(w)), float(f)
-        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names)}
+        present = self.present()
+        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names) if present is None or present[i]}
         return {"vertices": vertices, "edges": edges, "first_ts": first}
+
+
+def _rows(c: EdgeChanges, idx: np.ndarray) -> EdgeChanges:
+    return EdgeChanges(c.src[idx], c.dst[idx], c.etype[idx], c.mult[idx], c.weight[idx],
+                       None if c.first_ts is None else c.first_ts[idx])
+
+
+def _nothing_at(c: EdgeChanges) -> EdgeChanges:
+    """The edges of ``c`` with no multiplicity, weight or add time: an edge that is not there."""
+    k = len(c)
+    return EdgeChanges(c.src, c.dst, c.etype, np.zeros(k, np.int64), np.zeros(k, np.int64), np.full(k, np.inf))
+
+
+def by_edge(after: EdgeChanges, before: EdgeChanges, moved: bool = True) -> tuple[EdgeChanges, EdgeChanges]:
+    """Slot-for-slot (after, before) turned into edge-for-edge rows: each row's before and after name
+    the same (src, dst, type), and each edge is one row.
+
+    A slot whose before held another edge (slot reuse, window mode) splits into that edge going to
+    nothing and the new edge coming from nothing; a fresh slot's before (all zeros) takes the new
+    edge's key. With ``moved`` (window mode: an edge can leave a dead slot and come back in another
+    within one batch) rows of the same edge merge: its before is the slot that was live before (a
+    shard keeps at most one live slot per edge), its after the slot live after, else any. Outside
+    window mode edges keep their slots, and only the fresh slots' keys are set."""
+    other = (before.src != after.src) | (before.dst != after.dst) | (before.etype != after.etype)
+    empty = (before.mult == 0) & (before.weight == 0)
+    split = other & ~empty
+    fresh = np.flatnonzero(other & empty)
+    if len(fresh):
+        before = _rows(before, np.arange(len(before)))  # copies: the fresh rows take the new key
+        before.src[fresh], before.dst[fresh], before.etype[fresh] = after.src[fresh], after.dst[fresh], after.etype[fresh]
+    if split.any():
+        keep = np.flatnonzero(~split)
+        cut = np.flatnonzero(split)
+        old = _rows(before, cut)
+        new = _rows(after, cut)
+        after = EdgeChanges.concat([_rows(after, keep), _nothing_at(old), new])
+        before = EdgeChanges.concat([_rows(before, keep), old, _nothing_at(new)])
+    if not moved or len(after) < 2:
+        return after, before
+    order = np.lexsort((after.etype, after.dst, after.src))
+    s, d, t = after.src[order], after.dst[order], after.etype[order]
+    starts = np.flatnonzero(np.concatenate([[True], (s[1:] != s[:-1]) | (d[1:] != d[:-1]) | (t[1:] != t[:-1])]))
+    if len(starts) == len(after):
+        return after, before
+    group = np.repeat(np.arange(len(starts)), np.diff(np.concatenate([starts, [len(order)]])))
+
+    def pick(c: EdgeChanges) -> EdgeChanges:
+        # Per edge the row whose state is live (at most one), else the first.
+        live = (c.mult[order] > 0).astype(np.int64)
+        best = np.lexsort((-live, group))  # by group, live first
+        first = best[np.searchsorted(group[best], np.arange(len(starts)))]
+        return _rows(c, order[first])
+
+    return pick(after), pick(before)

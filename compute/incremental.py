@@ -1,17 +1,25 @@
-"""The incremental solver both rankings share: ``(I - alpha P^T) y = 1`` kept solved across epochs.
+"""The incremental solver both rankings share: ``(I - alpha P^T) y = b`` kept solved across epochs.
 
 ``P = D^-1 A`` is the row-normalised adjacency of a :class:`~compute.resident.ResidentGraph`,
 with all-zero rows for dangling vertices (so ``P`` is substochastic and nothing
-dense appears in the system). Both rankings are this one solve:
+dense appears in the system). The right-hand side ``b`` is 1 for every vertex
+in the snapshot and 0 for the others: all ones outside window mode (then ``b``
+is never stored and costs nothing), and in window mode 0 for a vertex that has
+left the window (no live edge, no attributes). Both rankings are this one solve:
 
 * PageRank with damping ``alpha``, dangling mass spread uniformly and uniform
   teleport, is ``y / sum(y)`` (the dangling mass only rescales the solution; Del
   Corso, Gulli and Romani 2005). So a new vertex, or a vertex that becomes
-  dangling, changes a few entries of the system instead of every one.
-* TunkRank with retweet probability ``p`` is ``(y - 1) / p`` for ``alpha = p``
+  dangling, changes a few entries of the system instead of every one. With a
+  0/1 ``b`` it is PageRank of the present subgraph (teleport and dangling mass
+  spread over the present vertices only): an absent vertex has no edge, so
+  nothing flows into it, and its ``y`` is exactly 0.
+* TunkRank with retweet probability ``p`` is ``(y - b) / p`` for ``alpha = p``
   (see :mod:`compute.tunkrank`).
 
-The solver keeps ``y`` and its residual ``r = 1 + alpha P^T y - y`` on the device.
+The solver keeps ``y`` and its residual ``r = b + alpha P^T y - y`` on the device.
+A vertex entering or leaving the snapshot changes ``b`` there by ``+-1``, and ``r``
+by the same at that vertex only (:meth:`ResidualSolver.set_rhs`): no sweep.
 An epoch's change to a row of ``P`` changes ``r`` only at that row's old and new
 out-neighbours (``retract`` before the graph changes, ``reinstate`` after), so
 after an epoch ``r`` is small and local. Then one of
@@ -43,7 +51,7 @@ The stopping rule bounds the error, not the change: since ``||(I - alpha P^T)^-1
 <= 1 / (1 - alpha)``, ``||y* - y||_1 <= ||r||_1 / (1 - alpha)``; each ranking turns
 that into its own L1 bound (``target``). A Krylov method's recurrence residual drifts from
 the true one in floating point, so a Krylov solve stops only on the *true* residual
-``1 + alpha P^T y - y``, recomputed (one more sweep) when the recurrence says it is
+``b + alpha P^T y - y``, recomputed (one more sweep) when the recurrence says it is
 done: the bound stays proven. Running out of rounds raises
 :class:`~compute.exceptions.PowerIterationFailedConvergence`.
 """
@@ -52,7 +60,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -99,7 +107,7 @@ class ResidualSolver:
         self,
         graph: ResidentGraph,
         alpha: float,
-        target: Callable[[float, int], float],
+        target: Callable[[float, float], float],
         max_iter: int,
         name: str,
         tol: float,
@@ -108,7 +116,9 @@ class ResidualSolver:
         self.g = graph
         self.be = graph.be
         self.alpha = alpha
-        self.target = target  # (sum(y), n) -> the ||r||_1 at which the result is within tolerance
+        # (sum(y), sum(b)) -> the ||r||_1 at which the result is within tolerance; sum(b) is the number of
+        # vertices in the snapshot (all of them outside window mode).
+        self.target = target
         self.max_iter = max_iter
         self.name = name
         self.tol = tol  # what ``target`` encodes; for the error message
@@ -116,6 +126,9 @@ class ResidualSolver:
         xp = self.be.xp
         self.y = xp.zeros(0, dtype=graph.dtype)
         self.r = xp.zeros(0, dtype=graph.dtype)
+        # The right-hand side: None means all ones (outside window mode: no array, no extra work).
+        self.b: Any = None
+        self.bsum = 0.0  # sum(b) while ``b`` is kept, exact (a count of 0/1 entries)
         self._compactions = graph.compactions
         self._stale = False  # the graph changed without retract: ``r`` must be recomputed
         # What an epoch whose residual is everywhere runs: Krylov where sweeps alone would crawl.
@@ -127,14 +140,58 @@ class ResidualSolver:
 
     # -- keeping the residual right as the graph changes ------------------------------------------
 
-    def grow(self) -> None:
-        """New vertices start at ``y = 1``: the exact value of a vertex nobody links to yet
-        (1/n of the mass before renormalising). Their residual comes from the rows that now reach them."""
+    def grow(self, present=None) -> None:
+        """New vertices start at ``y = b``: the exact value of a vertex nobody links to yet
+        (1/n of the mass before renormalising). Their residual comes from the rows that now reach them.
+
+        ``present``: host booleans, one per new vertex, their ``b`` (window mode; the first call with it
+        turns ``b`` on, the vertices before it being all present). Without it new vertices are present
+        outside window mode and absent in it (:meth:`set_rhs` may bring them in later)."""
         xp = self.be.xp
         extra = self.g.n - self.n
-        if extra > 0:
-            self.y = xp.concatenate([self.y, xp.ones(extra, dtype=self.g.dtype)])
-            self.r = xp.concatenate([self.r, xp.zeros(extra, dtype=self.g.dtype)])
+        if present is not None and self.b is None:
+            self.b = xp.ones(self.n, dtype=self.g.dtype)
+            self.bsum = float(self.n)
+        if extra <= 0:
+            return
+        if self.b is None:
+            tail = xp.ones(extra, dtype=self.g.dtype)
+        else:
+            if present is None:
+                tail = xp.zeros(extra, dtype=self.g.dtype)
+            else:
+                host = np.asarray(present[:extra], dtype=bool)
+                tail = self.be.asarray(host, dtype=self.g.dtype)
+                self.bsum += float(np.count_nonzero(host))
+            self.b = xp.concatenate([self.b, tail])
+        self.y = xp.concatenate([self.y, tail.copy()])
+        self.r = xp.concatenate([self.r, xp.zeros(extra, dtype=self.g.dtype)])
+
+    def set_rhs(self, ids, present) -> None:
+        """``b[ids] = present`` (host arrays, ids distinct and below ``n``): vertices that entered or left
+        the snapshot. ``r = b + alpha P^T y - y`` moves by the change at those vertices only."""
+        if len(ids) == 0:
+            return
+        xp = self.be.xp
+        if self.b is None:
+            self.b = xp.ones(self.n, dtype=self.g.dtype)
+            self.bsum = float(self.n)
+        host = np.asarray(present, dtype=bool)
+        idx = self.be.asarray(np.asarray(ids, dtype=np.int64))
+        new = self.be.asarray(host, dtype=self.g.dtype)
+        change = new - self.b[idx]
+        self.b[idx] = new
+        self.bsum += float(change.sum())
+        if not self._stale:
+            self.r[idx] += change
+
+    def _rhs(self):
+        """``b`` for arithmetic: the scalar 1 outside window mode."""
+        return 1.0 if self.b is None else self.b
+
+    def present_mask(self, v):
+        """``v`` with the entries of absent vertices set to exactly 0 (``v`` itself outside window mode)."""
+        return v if self.b is None else self.be.xp.where(self.b > 0, v, 0.0)
 
     def retract(self, rows) -> None:
         """Before the rows change: take their current contribution ``alpha y_u P[u, :]`` out of ``r``."""
@@ -156,13 +213,13 @@ class ResidualSolver:
         self.g.push(rows, coef, self.r)
 
     def recompute_residual(self, settle_sources: bool = False) -> int:
-        """``r = 1 + alpha P^T y - y`` from scratch: one sweep, clears any drift of the running residual.
+        """``r = b + alpha P^T y - y`` from scratch: one sweep, clears any drift of the running residual.
 
         ``settle_sources``: then push the residual of every vertex with no in-flow, which sets a vertex
-        nobody links to at its exact ``y = 1`` for good. Sweeps do that by themselves; a Krylov solve
+        nobody links to at its exact ``y = b`` for good. Sweeps do that by themselves; a Krylov solve
         leaves such a vertex merely within the tolerance, and it would show as a tiny influence."""
         flow = self.g.pull(self.g.inv_out * self.y)
-        self.r = 1.0 + self.alpha * flow - self.y
+        self.r = self._rhs() + self.alpha * flow - self.y
         read = self._stored()
         if settle_sources:
             xp = self.be.xp
@@ -180,10 +237,10 @@ class ResidualSolver:
     # -- solving ----------------------------------------------------------------------------------
 
     def scratch(self, method: str | None = None) -> SolveStats:
-        """From ``y = 1`` (``krylov`` or ``power``: the solver's own by default); what an epoch costs
+        """From ``y = b`` (``krylov`` or ``power``: the solver's own by default); what an epoch costs
         without the previous result."""
         xp = self.be.xp
-        self.y = xp.ones(self.g.n, dtype=self.g.dtype)
+        self.y = xp.ones(self.g.n, dtype=self.g.dtype) if self.b is None else self.b.copy()
         read = self.recompute_residual()
         self._compactions = self.g.compactions
         self._stale = False
@@ -194,6 +251,8 @@ class ResidualSolver:
         """Full-graph iterations (``krylov`` or ``power``) from the current ``y`` and ``r`` until
         ``||r||_1 <= headroom * target``."""
         method = method or self.sweep_method
+        if self._nothing_present():
+            return SolveStats(method, it, 0, read, 0.0)
         if method == "krylov":
             return self._krylov_until_done(method, read, headroom, it)
         if method == "power":
@@ -217,7 +276,19 @@ class ResidualSolver:
 
     def _residual(self) -> tuple[float, float]:
         xp = self.be.xp
-        return float(xp.abs(self.r).sum()), self.target(float(self.y.sum()), self.n)
+        return float(xp.abs(self.r).sum()), self.target(float(self.y.sum()), self._bsum())
+
+    def _nothing_present(self) -> bool:
+        """Every vertex has left the window: the solution is exactly 0 (whose tolerance, relative to
+        sum(y), no rounding residual could meet), so set it rather than iterate."""
+        if self.b is None or self.bsum > 0:
+            return False
+        self.y[:] = 0.0
+        self.r[:] = 0.0
+        return True
+
+    def _bsum(self) -> float:
+        return float(self.n) if self.b is None else self.bsum
 
     def _sweep(self) -> int:
         self.y += self.r
@@ -310,7 +381,7 @@ class ResidualSolver:
             rhs[0] = beta
             z = np.linalg.lstsq(h[: k + 1, :k], rhs, rcond=None)[0]
             left = rhs - h[: k + 1, :k] @ z  # the residual in the basis's coordinates
-            goal = self.target(ysum + float(sums[:k] @ z), self.n)
+            goal = self.target(ysum + float(sums[:k] @ z), self._bsum())
             if hn == 0.0 or not np.isfinite(hn):
                 break  # the space is invariant: z solves the system
             basis[k] = w / hn
@@ -326,16 +397,18 @@ class ResidualSolver:
 
     def _residual_of(self, r) -> tuple[float, float]:
         xp = self.be.xp
-        return float(xp.abs(r).sum()), self.target(float(self.y.sum()), self.n)
+        return float(xp.abs(r).sum()), self.target(float(self.y.sum()), self._bsum())
 
     def _push_until_done(self, read: int) -> SolveStats:
         xp = self.be.xp
         it = sweeps = 0
+        if self._nothing_present():
+            return SolveStats("push", 0, 0, read, 0.0)
         total = self._stored()
         while True:
             a = xp.abs(self.r)
             res = float(a.sum())
-            goal = self.target(float(self.y.sum()), self.n)
+            goal = self.target(float(self.y.sum()), self._bsum())
             if res <= goal:
                 return SolveStats("push", it, sweeps, read, res)
             if it == self.max_iter:

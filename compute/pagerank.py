@@ -46,7 +46,7 @@ def pagerank_target(alpha: float, tol: float):
     With ``e = y* - y``, ``||y/S - y*/S*||_1 <= 2 ||e||_1 / S*`` and ``||e||_1 <= ||r||_1 / (1 - alpha)``;
     ``S* >= S - ||e||_1``, so asking ``2 ||r||_1 / ((1 - alpha) S) <= tol`` (with tol << 1) suffices."""
 
-    def target(ysum: float, n: int) -> float:
+    def target(ysum: float, n: float) -> float:
         return tol * (1.0 - alpha) * ysum / 2.0 * (1.0 - tol)
 
     return target
@@ -64,9 +64,13 @@ class PageRank(SolvedRanking):
         self.solver = ResidualSolver(graph, alpha, pagerank_target(alpha, tol), max_iter, self.name, tol, dense_switch)
 
     def scores(self):
-        """Ranks on the device, summing to 1."""
-        y = self.solver.y
-        return y / y.sum() if len(y) else y
+        """Ranks on the device, summing to 1 (over the vertices in the snapshot; 0 for the others, and
+        all 0 when none is)."""
+        y = self.solver.present_mask(self.solver.y)
+        if not len(y):
+            return y
+        total = y.sum()  # stays on the device: no sync here
+        return y / self.solver.be.xp.where(total > 0, total, 1.0)
 
 
 def pagerank(

@@ -51,6 +51,28 @@ class EpochResult:
     # Per ranking, the L1 distance of ``scores`` from the exact solution that the solver's stopping rule
     # proves (see compute.pagerank / compute.tunkrank); a score is then within it of its exact value too.
     error_bounds: dict[str, float] = field(default_factory=dict)
+    # Windows (--window T): T in seconds and the epoch's watermark W_e (the largest event time below its
+    # vector; the snapshot holds the events in (W_e - T, W_e]); None when windows are off. ``late``:
+    # events of this epoch (and the ones merged into it) that arrived already outside the window.
+    window: float | None = None
+    watermark: float | None = None
+    late: int = 0
+    # Window mode: per vertex id, is it in the snapshot (a live edge, or attributes written inside the
+    # window); ``vertices`` counts these. None outside window mode, where every id below the vertex
+    # count is in it.
+    present: np.ndarray | None = None
+
+    def known_vertices(self) -> int:
+        """Vertex ids this epoch knows (the length of its per-vertex arrays): ``vertices`` outside
+        window mode; in it, more (ids stay for vertices that left the window)."""
+        return len(self.out_degree) if getattr(self, "present", None) is not None else self.vertices
+
+    def holds(self, i: int) -> bool:
+        """Is vertex id ``i`` in this epoch's snapshot."""
+        present = getattr(self, "present", None)
+        if present is None:
+            return i < self.vertices
+        return i < len(present) and bool(present[i])
 
     def bound(self, algo: str) -> float | None:
         """The proven L1 error bound of ``algo``'s scores; None for an epoch archived before bounds were kept."""
@@ -69,4 +91,8 @@ class EpochResult:
             "skipped": list(self.skipped),
             # The proven L1 error of each ranking's scores (what a top-k answer's certificate rests on).
             "error_bounds": dict(getattr(self, "error_bounds", None) or {}),
+            # The window (seconds) and the watermark (event time, seconds since the epoch); null when off.
+            "window": getattr(self, "window", None),
+            "watermark": getattr(self, "watermark", None),
+            "late": int(getattr(self, "late", 0) or 0),
         }

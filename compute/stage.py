@@ -11,6 +11,12 @@ have no results of their own. The graph after the merge is exactly the newest
 epoch's snapshot (deltas are absolute states), so no result is ever labelled
 with another epoch's number.
 
+Windows: an epoch's facts carry ``window`` (T in seconds, None when off),
+``watermark`` and ``late`` (read with ``.get``: absent means off). In window
+mode the graph keeps which vertices are in the snapshot, the rankings are those
+of the present subgraph, and the result counts the present vertices and carries
+their mask; ``late`` adds up over the epochs merged into one result.
+
 :mod:`compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
 """
 
@@ -58,10 +64,13 @@ class ComputeStage:
             if e.info["epoch"] <= self.epoch:
                 raise ValueError(f"epoch {e.info['epoch']} after epoch {self.epoch}")
             self.epoch = e.info["epoch"]
+        # Window mode is announced by the epochs themselves (the coordinator's ``window``); absent: off.
+        g.set_windowed(epochs[-1].info.get("window") is not None)
         changes, before = g.apply_epochs([e.deltas for e in epochs])
         merge_ms = (time.perf_counter() - t0) * 1000.0
         src, dst, dw = g.weight_differences(changes, before, self.rank_types)
-        runs = self.engine.update(g.n, src, dst, dw)
+        present = g.present()
+        runs = self.engine.update(g.n, src, dst, dw, present=present, flips=g.flips if present is not None else None)
         t1 = time.perf_counter()
         scores = self.engine.host_scores()
         publish_ms = (time.perf_counter() - t1) * 1000.0
@@ -74,7 +83,7 @@ class ComputeStage:
             epoch=info["epoch"],
             vector=info["vector"],
             records=info["records"],
-            vertices=g.n,
+            vertices=g.present_count,
             edges=g.live_edges(),
             committed_at=info["sealed_at"],
             commit_ms=info["commit_ms"],
@@ -94,6 +103,10 @@ class ComputeStage:
             apps_ms=dict(self.apps.ms),
             skipped=[e.info["epoch"] for e in epochs[:-1]],
             error_bounds=self.engine.error_bounds(scores),
+            window=info.get("window"),
+            watermark=info.get("watermark"),
+            late=sum(int(e.info.get("late") or 0) for e in epochs),
+            present=None if present is None else present.copy(),
         )
 
     def checkpoint_state(self) -> dict:

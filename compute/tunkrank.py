@@ -16,6 +16,9 @@ follows nobody passes nothing on.
 With ``P = D^-1 A`` as in :mod:`compute.incremental`, ``I = P^T (1 + p I)``.
 Setting ``g = 1 + p I`` gives ``g = 1 + p P^T g``: the same system as PageRank's
 with damping ``p``, so ``I = (g - 1) / p`` and the incremental machinery is shared.
+In window mode the system's right-hand side is 1 only for the vertices in the
+snapshot (:mod:`compute.incremental`): ``I = (g - b) / p``, the same on them, and
+an absent vertex (no edge) has ``g = 0`` and influence 0.
 
 Tolerance: the L1 error of the scores is at most ``tol`` times their sum (the
 scores are not normalised; below a sum of 1, at most ``tol``).
@@ -39,9 +42,10 @@ DEFAULT_P = 0.05
 
 def tunkrank_target(p: float, tol: float):
     """``||I* - I||_1 = ||g* - g||_1 / p <= ||r||_1 / ((1 - p) p)``; asked to be within
-    ``tol * max(sum(I), 1)``, with ``sum(I) = (sum(g) - n) / p``."""
+    ``tol * max(sum(I), 1)``, with ``sum(I) = (sum(g) - sum(b)) / p`` (``n`` here is ``sum(b)``: the
+    vertices in the snapshot)."""
 
-    def target(gsum: float, n: int) -> float:
+    def target(gsum: float, n: float) -> float:
         return tol * (1.0 - p) * max(gsum - n, p) * (1.0 - tol)
 
     return target
@@ -60,8 +64,9 @@ class TunkRank(SolvedRanking):
         self.solver = ResidualSolver(graph, p, tunkrank_target(p, tol), max_iter, self.name, tol, dense_switch)
 
     def scores(self):
-        """Influence on the device (not normalised; 0 for a vertex nobody follows)."""
-        return (self.solver.y - 1.0) / self.p
+        """Influence on the device (not normalised; 0 for a vertex nobody follows, or not in the snapshot)."""
+        s = self.solver
+        return s.present_mask((s.y - s._rhs()) / self.p)
 
 
 def tunkrank(

@@ -158,6 +158,45 @@ class Router:
         )
         self._reset_rows()
 
+    def stamp_times(self, record_ts: dict[str, dict[int, float]] | None = None) -> tuple[dict[str, float], dict[str, list[int]]]:
+        """For a window: give every row of a transaction the transaction's event time, the largest
+        ``ts`` among its updates (0 counts as none); where none has one, the time its source stored
+        with the record (``record_ts[partition][offset]``, Kafka's broker timestamp). Transactions
+        with neither are dropped from the round. Returns, per partition, the largest event time of
+        the round, and the offsets of the dropped transactions (for the dead-letter sink)."""
+        self._seal()
+        if not self._chunks:
+            return {}, {}
+        e = {name: _concat([c[0][name] for c in self._chunks], dtype) for name, dtype in EDGE_COLUMNS.items()}
+        v = {name: _concat([c[1][name] for c in self._chunks], dtype) for name, dtype in VERTEX_COLUMNS.items()}
+        keys = np.concatenate([(e["part"].astype(np.int64) << 40) | e["off"], (v["part"].astype(np.int64) << 40) | v["off"]])
+        ts = np.concatenate([e["ts"], v["ts"]])
+        uniq, inv = np.unique(keys, return_inverse=True)
+        tx = np.full(len(uniq), -np.inf)
+        np.maximum.at(tx, inv, np.where(ts != 0, ts, -np.inf))
+        dropped: dict[str, list[int]] = {}
+        for i in np.flatnonzero(tx == -np.inf).tolist():
+            part, off = self.partitions[int(uniq[i] >> 40)], int(uniq[i] & ((1 << 40) - 1))
+            got = (record_ts or {}).get(part, {}).get(off, 0.0)
+            if got:
+                tx[i] = got
+            else:
+                dropped.setdefault(part, []).append(off)
+        row_ts = tx[inv]
+        keep = row_ts != -np.inf
+        ne = len(e["ts"])
+        e["ts"], v["ts"] = row_ts[:ne], row_ts[ne:]
+        if not keep.all():
+            e = {k: c[keep[:ne]] for k, c in e.items()}
+            v = {k: c[keep[ne:]] for k, c in v.items()}
+        self._chunks = [(e, v)]
+        latest: dict[str, float] = {}
+        good = tx != -np.inf
+        parts = (uniq >> 40)[good]
+        for pid in np.unique(parts).tolist():
+            latest[self.partitions[pid]] = float(tx[good][parts == pid].max())
+        return latest, dropped
+
     def take(self) -> list[ShardBatch]:
         """The round's batches, one per shard (empty ones included); the next round starts afresh."""
         self._seal()

@@ -44,13 +44,15 @@ _MEANING = {
     "seed": "another seed makes another synthetic stream",
     "users": "another number of users makes another synthetic stream",
     "hashtags": "another number of hashtags makes another synthetic stream",
+    "window": "another --window makes another graph of the same records, and the checkpoints hold the old one",
 }
 
 
 def source_identity(settings: Settings, topic: TopicInfo | None = None) -> dict:
     """The identity of the source ``settings`` name (``topic``: the broker's answer, for Kafka)."""
     s = settings
-    out: dict = {"kind": s.source, "transform": s.transform_name}
+    # Not the source, strictly, but as binding: the same vectors under another window are another history.
+    out: dict = {"kind": s.source, "transform": s.transform_name, "window": s.window or "off"}
     if s.source == "kafka":
         out.update(topic=s.topic, topic_id=topic.topic_id if topic else None)
     elif s.source == "file":

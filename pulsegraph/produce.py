@@ -120,8 +120,8 @@ def produce(args: argparse.Namespace) -> dict:
                 break
             time.sleep(0.005)
             continue
-        for _, raw in records:
-            raw = raw.rstrip(b"\r\n")
+        for record in records:
+            raw = record.value.rstrip(b"\r\n")
             key = event_key(raw)
             # Kafka's default partitioner (murmur2 of the key), so other producers of the same keys agree.
             p = (murmur2(key) & 0x7FFFFFFF) % n_parts if key is not None else stats["sent"] % n_parts

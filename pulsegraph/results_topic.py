@@ -46,7 +46,7 @@ import orjson
 
 from api.alerts import AlertBook
 from api.exceptions import NotFound
-from api.store import EpochView, ResultStore, certified_ranks, mover_items
+from api.store import EpochView, ResultStore, certified_ranks, held_in_both, mover_items
 from pulsegraph.errors import ResultsError
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ def epoch_record(view: EpochView, names: list[str], k: int) -> dict:
         bounds[algo] = {"error": bound, "norm": "l1", "certified": bound is not None and m == len(ids), "certified_ranks": m}
         prev = view.previous
         if prev is not None and algo in prev.ranks and algo in view.ranks:
-            rising, falling = mover_items(prev.ranks[algo], view.ranks[algo], scores, names, MOVERS_K)
+            rising, falling = mover_items(prev.ranks[algo], view.ranks[algo], scores, names, MOVERS_K,
+                                          held_in_both(prev.result, r))
             for item in (*rising, *falling):
                 item["score"] = _rounded(item["score"], d)
             movers[algo] = {"from": prev.result.epoch, "rising": rising, "falling": falling}
@@ -119,8 +120,8 @@ def epoch_record(view: EpochView, names: list[str], k: int) -> dict:
     return {
         "epoch": r.epoch,
         "vector": dict(sorted(r.vector.items())),
-        # Windows (--window) do not exist yet: an epoch has no watermark, and says so.
-        "watermark": None,
+        # With --window, the largest event time below the vector (a pure function of it); null without.
+        "watermark": getattr(r, "watermark", None),
         "records": r.records,
         "vertices": r.vertices,
         "edges": r.edges,

@@ -20,19 +20,19 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from ingest.exceptions import IngestError
 from ingest.transforms import get_transform
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 # The synthetic stream's rate when none is given: lively on a dashboard, light on a laptop.
 DEFAULT_SYNTHETIC_RATE = 1000.0
 
 
 def parse_duration(value) -> float:
-    """Seconds from 1.5, "1.5", "1500ms", "1s" or "2m"."""
+    """Seconds from 1.5, "1.5", "1500ms", "1s", "2m", "6h" or "7d"."""
     if isinstance(value, (int, float)):
         return float(value)
     m = _DURATION.match(str(value))
     if not m:
-        raise ValueError(f"{value!r} is not a duration such as 1s, 500ms or 2m")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+        raise ValueError(f"{value!r} is not a duration such as 500ms, 1s, 2m, 6h or 7d")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}[m.group(2)]
 
 
 # A bearer token shorter than this is guessable; `python -c "import secrets; print(secrets.token_urlsafe(32))"` makes one.
@@ -127,6 +127,8 @@ class Settings(BaseSettings):
     ingest_actors: int | None = Field(None, ge=1, le=256, description="ingest actors, partitions spread over them (default: two per node, at most one per partition)")
     batch_size: int = Field(2000, ge=1, le=1_000_000, description="records read per partition per round")
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
+    window: float | None = Field(None, gt=0, description="sliding window of event time, e.g. 10m, 6h or 7d: an epoch holds the "
+        "transactions of the last WINDOW before its watermark (default: off, the graph keeps everything)")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
     api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default; placeholders, repeats and tokens "
@@ -175,6 +177,11 @@ class Settings(BaseSettings):
     @classmethod
     def _duration(cls, v):
         return parse_duration(v)
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _window(cls, v):
+        return None if v is None or str(v).strip().lower() in ("", "off", "none") else parse_duration(v)
 
     @field_validator("max_header_bytes", mode="before")
     @classmethod

@@ -33,9 +33,8 @@ from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard, node_used, service_memory
 from pulsegraph.results_topic import ResultPublisher
 from pulsegraph.settings import Settings, drop_secrets_from_environment
-from snapshots.checkpoint import CheckpointStore, Manifest
 from snapshots.coordinator import EpochCoordinator
-from snapshots.epoch import EpochLog
+from snapshots.recovery import RecoveryPlan, plan_recovery
 from snapshots.shard import ShardActor
 
 log = logging.getLogger(__name__)
@@ -229,35 +228,14 @@ class Pipeline:
         self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, resume).start()
         self._launched.set()
 
-    def _recovery(self) -> tuple[Manifest | None, dict | None]:
-        """Where to resume: the newest valid checkpoint and the logged epochs after it; without one,
-        every logged epoch from the start (S_e is a pure function of V_e, so re-cutting them from an
-        empty graph rebuilds the same history, and the same downstream ids); or, with no log, nothing."""
-        s = self.settings
-        entries = EpochLog.read(str(s.data_dir / "epochs.log"))
-        manifest = CheckpointStore(s.data_dir).latest() if s.checkpoint_every else None
-        if manifest is not None:
-            if s.shards and sorted(manifest.shards) != list(range(s.shards)):
-                raise PipelineError(
-                    f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {s.shards}. "
-                    f"Operator action: run with --shards {len(manifest.shards)}, or move {s.data_dir} aside to start anew."
-                )
-            replay = [e for e in entries if e["epoch"] > manifest.epoch]
-            log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
-            return manifest, {"epoch": manifest.epoch, "vector": manifest.vector, "valid": manifest.valid, "replay": replay}
-        if entries:
-            log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
-            return None, {"epoch": 0, "vector": {}, "valid": {}, "replay": entries}
-        return None, None
-
-    def _check_source(self, resume: dict | None, partitions: list[str], topic: TopicInfo | None) -> None:
+    def _check_source(self, resume: RecoveryPlan | None, partitions: list[str], topic: TopicInfo | None) -> None:
         """Refuse to resume a history this source cannot continue: another source (see
         :mod:`pulsegraph.identity`), partitions it does not have (it would wait forever), or a Kafka
         partition that now ends below offsets the history applied (records lost to an unclean leader
         election: the new records that take their offsets would be skipped)."""
         s = self.settings
         check_source_identity(s.data_dir, source_identity(s, topic), has_history=resume is not None)
-        known = set(resume["vector"]) | {p for e in resume["replay"] for p in e["vector"]} if resume else set()
+        known = resume.partitions() if resume else set()
         missing = sorted(known - set(partitions))
         if missing:
             raise PipelineError(
@@ -266,8 +244,7 @@ class Pipeline:
             )
         if topic is None or resume is None:
             return
-        newest = resume["replay"][-1]["vector"] if resume["replay"] else resume["vector"]
-        for name, offset in sorted(newest.items()):
+        for name, offset in sorted(resume.newest_vector.items()):
             if name.startswith(f"{s.topic}:") and offset > topic.ends.get(partition_number(name), 0):
                 raise PipelineError(
                     f"Kafka partition {name} ends at offset {topic.ends.get(partition_number(name), 0)}, below offset "
@@ -285,7 +262,7 @@ class Pipeline:
             topic = self._kafka_topic()
             spec = dataclasses.replace(spec, partitions=topic.partitions)
             self._topic = topic
-        manifest, resume = self._recovery()
+        manifest, resume = plan_recovery(s.data_dir, bool(s.checkpoint_every), s.shards)
         self._check_source(resume, spec.partition_names(), topic)
         nodes = alive_nodes()
         # Sized from the cluster when not given: shards hold the graph (2 per node keeps every
@@ -309,20 +286,20 @@ class Pipeline:
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
-                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i])
+                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]), s.window
             )
             for i in range(n_shards)
         ]
-        starts = resume["vector"] if resume else {}
+        starts = resume.vector if resume else {}
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
-            str(s.data_dir), s.checkpoint_every, resume,
+            str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
-                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size,
+                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size, s.window is not None, s.log_level,
             )
             for i, parts in enumerate(owners)
             if parts
@@ -516,6 +493,9 @@ class Pipeline:
             "dead_letters": sum(i["dead_letters"] for i in ingest),
             "positions": {p: o for i in ingest for p, o in i["positions"].items()},
             "epoch_vector": coord["vector"],
+            # With a window: its length, the newest epoch's watermark, and the events that came too late.
+            "window": {"window_s": coord["window"], "watermark": coord["watermark"], "late": coord["late"]}
+            if coord.get("window") else None,
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 

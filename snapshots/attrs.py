@@ -73,6 +73,11 @@ class AttrTable:
     def get(self, i: int) -> dict | None:
         return decode(self.raw(i))
 
+    def clear(self, i: int) -> None:
+        """Vertex ``i`` has no attributes again (its write left the window)."""
+        if i < len(self._values):
+            self._values[i] = None
+
     def ids(self) -> list[int]:
         """Vertex ids that have attributes."""
         return [i for i, v in enumerate(self._values) if v is not None]
@@ -120,6 +125,14 @@ class Stamps:
         p = int(self._ids_of([partition])[0])
         self._grow(i + 1)
         self.ts.view[i], self.part.view[i], self.off.view[i], self.seq.view[i] = ts, p, off, seq
+
+    def clear(self, ids: np.ndarray) -> None:
+        """No stamp for ``ids`` any more: the next write wins, whatever its stamp."""
+        ids = ids[ids < len(self.part)]
+        self.part.view[ids] = -1
+        self.ts.view[ids] = 0.0
+        self.off.view[ids] = 0
+        self.seq.view[ids] = 0
 
     def _ids_of(self, names: list[str]) -> np.ndarray:
         for p in names:

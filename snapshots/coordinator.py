@@ -31,6 +31,7 @@ import ray
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
+from snapshots.recovery import RecoveryPlan
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +62,14 @@ class EpochCoordinator:
         interval_s: float | None,
         data_dir: str | None = None,
         checkpoint_every: int = 0,
-        resume: dict | None = None,
+        resume: RecoveryPlan | None = None,
+        window: float | None = None,
+        log_level: str = "INFO",
     ) -> None:
-        """``resume``: ``{"epoch", "vector", "valid", "replay"}`` from the checkpoint the shards were
-        restored from; ``replay`` lists the epoch-log entries after it, which are cut again with
-        exactly their logged numbers and vectors, so history after a crash is the history before it."""
-        logging.basicConfig(level=logging.INFO)
+        """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
+        epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
+        watermarks, so history after a crash is the history before it."""
+        logging.basicConfig(level=log_level)
         self._shards = shards
         self._consumer = consumer
         self._log = EpochLog(log_path)
@@ -84,12 +87,19 @@ class EpochCoordinator:
         # After a restore, the next cut happens even with nothing new: it carries the restored
         # state downstream, so results are served again without waiting for new records.
         self._republish = bool(resume)
+        # The window (seconds, or None) and the watermark: the largest event time among the transactions
+        # delivered so far. Progress is reported in offset order, so when the table is copied into V_e
+        # this maximum is exactly W_e, the largest event time below V_e; it is logged with the epoch.
+        self._window = window
+        self._watermark: float | None = None
+        self._late = 0  # transactions that arrived with their time already outside the window
         if resume:
-            self._progress = dict(resume["vector"])
-            self._valid = dict(resume["valid"])
-            self._durable = dict(resume["vector"])
-            self._last = Epoch(resume["epoch"], dict(resume["vector"]), EpochStatus.DURABLE)
-            self._replay.extend(e for e in resume.get("replay", []) if e["epoch"] > resume["epoch"])
+            self._watermark = resume.watermark
+            self._progress = dict(resume.vector)
+            self._valid = dict(resume.valid)
+            self._durable = dict(resume.vector)
+            self._last = Epoch(resume.epoch, dict(resume.vector), EpochStatus.DURABLE, watermark=resume.watermark)
+            self._replay.extend(e for e in resume.replay if e.epoch > resume.epoch)
         self._recent: collections.deque = collections.deque(maxlen=RECENT)
         # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
@@ -117,14 +127,18 @@ class EpochCoordinator:
         self._handoff.join(timeout=60)
         self._log.close()
 
-    def report_progress(self, progress: dict[str, tuple[int, int]], read_at: float, records: int) -> dict[str, int]:
+    def report_progress(self, progress: dict[str, tuple], read_at: float, records: int) -> dict[str, int]:
         """Record delivered progress; answers the newest durable vector (what a source may commit upstream)."""
         with self._lock:
-            for p, (high, valid) in progress.items():
+            for p, report in progress.items():
+                high, valid = report[0], report[1]
+                latest = report[2] if len(report) > 2 else None
                 if high < self._progress.get(p, 0):
                     raise EpochOrderError(f"progress for {p} goes back from {self._progress[p]} to {high}")
                 self._progress[p] = high
                 self._valid[p] = self._valid.get(p, 0) + valid
+                if latest is not None:
+                    self._watermark = latest if self._watermark is None else max(self._watermark, latest)
             self._pending.append((read_at, records))
             return self._durable
 
@@ -146,25 +160,29 @@ class EpochCoordinator:
                 if replaying:
                     # Re-cut a logged epoch once the sources have re-delivered everything below its vector.
                     head = self._replay[0]
-                    if any(self._progress.get(p, 0) < o for p, o in head["vector"].items()):
+                    if any(self._progress.get(p, 0) < o for p, o in head.vector.items()):
                         return None
                     self._replay.popleft()
-                    number, vector, records, valid = head["epoch"], dict(head["vector"]), head["records"], None
+                    number, vector, records, valid = head.epoch, dict(head.vector), head.records, None
+                    watermark = head.watermark
                 else:
                     vector = dict(self._progress)
                     if vector == (self._last.vector if self._last else {}) and not self._republish:
                         return None  # nothing new delivered: no empty epochs
                     number = (self._last.number + 1) if self._last else 1
                     records, valid = sum(self._valid.values()), dict(self._valid)
+                    watermark = self._watermark
                 pending, self._pending = self._pending, []
-            epoch = Epoch(number=number, vector=vector, records=records)
+            if self._window and watermark is None:
+                watermark = self._last.watermark if self._last and self._last.watermark is not None else 0.0
+            epoch = Epoch(number=number, vector=vector, records=records, watermark=watermark if self._window else None)
             epoch.follows(self._last)
             try:
                 epoch.cut_at = now()
                 if not replaying:
                     self._log.append(epoch)
                 epoch.advance(EpochStatus.CUT)
-                pairs = [s.apply.remote(epoch.number, vector) for s in self._shards]
+                pairs = [s.apply.remote(epoch.number, vector, epoch.watermark) for s in self._shards]
                 summaries = ray.get([summary for summary, _ in pairs])
                 epoch.sealed_at = now()
                 epoch.advance(EpochStatus.SEALED)
@@ -193,6 +211,9 @@ class EpochCoordinator:
                 "timeliness_ms": epoch.timeliness_ms,
                 "updates": sum(s.updates for s in summaries),
                 "live_edges": sum(s.live_edges for s in summaries),
+                "window": self._window,
+                "watermark": epoch.watermark,
+                "late": self._count_late(summaries),
             }
             checkpoint = None
             if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
@@ -207,6 +228,16 @@ class EpochCoordinator:
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued.notify_all()
             return info
+
+    def _count_late(self, summaries) -> int:
+        """Late transactions of the epoch, each once, though its updates may sit on several shards."""
+        by_part: dict[str, list[np.ndarray]] = {}
+        for s in summaries:
+            for p, offsets in s.late.items():
+                by_part.setdefault(p, []).append(offsets)
+        late = sum(len(np.unique(np.concatenate(o))) for o in by_part.values())
+        self._late += late
+        return late
 
     # -- the hand-off thread -----------------------------------------------------------------
     def _next_batch(self) -> list:
@@ -293,6 +324,9 @@ class EpochCoordinator:
             "queued": len(self._queue),
             "durable": dict(self._durable),
             "replaying": len(self._replay),
+            "window": self._window,
+            "watermark": last.watermark if last else None,
+            "late": self._late,
             "recent": [
                 {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
                 for e in list(self._recent)[-10:]

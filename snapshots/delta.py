@@ -47,6 +47,9 @@ class ShardSummary:
     updates: int
     live_edges: int
     buffered: int
+    # With a window: per partition, the offsets of this epoch's transactions that arrived with their
+    # time already outside it (the coordinator counts them once across shards).
+    late: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def weight_of(fixed: np.ndarray | int):

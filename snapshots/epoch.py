@@ -44,6 +44,8 @@ class Epoch:
     sealed_at: float = 0.0
     timeliness_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    # With a window: W_e, the largest event time among the transactions below the vector.
+    watermark: float | None = None
 
     def advance(self, to: EpochStatus) -> None:
         if _NEXT.get(self.status) is not to:
@@ -65,8 +67,40 @@ class Epoch:
                 raise EpochOrderError(f"epoch {self.number}: {p} goes back from {o} to {self.vector.get(p, 0)}")
 
 
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the epoch log: what a re-cut after a crash needs to make the same epoch again."""
+
+    epoch: int
+    vector: dict[str, int]
+    records: int = 0
+    cut_at: float = 0.0
+    watermark: float | None = None  # with a window: W_e
+
+    @classmethod
+    def of(cls, epoch: "Epoch") -> "LogEntry":
+        return cls(epoch.number, dict(epoch.vector), epoch.records, epoch.cut_at, epoch.watermark)
+
+    def to_json(self) -> bytes:
+        entry: dict = {"epoch": self.epoch, "vector": self.vector, "records": self.records, "cut_at": self.cut_at}
+        if self.watermark is not None:
+            # A re-cut after a crash must apply the same window: the watermark is part of the epoch.
+            entry["watermark"] = self.watermark
+        return json.dumps(entry, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "LogEntry":
+        entry = json.loads(raw)
+        watermark = entry.get("watermark")
+        return cls(
+            int(entry["epoch"]), {str(p): int(o) for p, o in entry["vector"].items()}, int(entry.get("records", 0)),
+            float(entry.get("cut_at", 0.0)), None if watermark is None else float(watermark),
+        )
+
+
 class EpochLog:
-    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}``, each fsynced before its epoch is applied."""
+    """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
+    each fsynced before its epoch is applied."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -86,12 +120,9 @@ class EpochLog:
                 os.fsync(fh.fileno())
 
     def append(self, epoch: Epoch) -> None:
-        line = json.dumps(
-            {"epoch": epoch.number, "vector": epoch.vector, "records": epoch.records, "cut_at": epoch.cut_at},
-            sort_keys=True,
-        )
+        line = LogEntry.of(epoch).to_json()
         try:
-            os.write(self._fd, line.encode() + b"\n")
+            os.write(self._fd, line + b"\n")
             os.fsync(self._fd)
         except OSError as exc:
             raise EpochLogError(f"cannot append to the epoch log {self.path}: {exc}") from exc
@@ -102,7 +133,7 @@ class EpochLog:
             self._fd = -1
 
     @staticmethod
-    def read(path: str) -> list[dict]:
+    def read(path: str) -> list[LogEntry]:
         """Every complete entry; a torn last line (a crash mid-write) is ignored.
 
         The entries must be one history: epoch numbers one apart, vectors that never go back. A log
@@ -110,25 +141,28 @@ class EpochLog:
         so it raises EpochLogError naming the line, never a silent stall."""
         if not os.path.exists(path):
             return []
-        out: list[dict] = []
+        out: list[LogEntry] = []
         with open(path, "rb") as fh:
             for line, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):
                     break
                 try:
-                    entry = json.loads(raw)
-                    epoch = Epoch(int(entry["epoch"]), {str(p): int(o) for p, o in entry["vector"].items()})
+                    entry = LogEntry.from_json(raw)
+                    epoch = Epoch(entry.epoch, entry.vector)
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:
                     raise EpochLogError(
                         f"{path} line {line} is not an epoch entry ({type(exc).__name__}: {exc}). "
                         f"Operator action: restore the file from a backup, or move the data folder aside to start anew."
                     ) from exc
                 if out:
-                    previous = Epoch(out[-1]["epoch"], out[-1]["vector"])
+                    last = out[-1]
+                    previous = Epoch(last.epoch, last.vector)
                     try:
                         if epoch.number != previous.number + 1:
                             raise EpochOrderError(f"epoch {epoch.number} comes after epoch {previous.number}, not {previous.number + 1}")
                         epoch.follows(previous)
+                        if entry.watermark is not None and last.watermark is not None and entry.watermark < last.watermark:
+                            raise EpochOrderError(f"the watermark goes back from {last.watermark} to {entry.watermark}")
                     except EpochOrderError as exc:
                         raise EpochLogError(
                             f"{path} line {line}: {exc}, so the log is not one history (a duplicated or edited "

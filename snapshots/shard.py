@@ -20,14 +20,20 @@ from snapshots.store import ShardStore
 
 @ray.remote
 class ShardActor:
-    def __init__(self, shard: int, restore: tuple[str, str] | None = None) -> None:
-        """``restore``: (path, sha256) of this shard's file in a checkpoint, read from storage every node sees."""
+    def __init__(self, shard: int, restore: tuple[str, str] | None = None, window: float | None = None) -> None:
+        """``restore``: (path, sha256) of this shard's file in a checkpoint, read from storage every node sees.
+        ``window``: the sliding window in seconds (None: the graph keeps everything)."""
         if restore is None:
-            self._store = ShardStore(shard)
+            self._store = ShardStore(shard, window)
         else:
             self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]))
             if self._store.shard != shard:
                 raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
+            if self._store.window != window:
+                raise CheckpointError(
+                    f"{restore[0]} was written with window {self._store.window}, not {window}. Operator action: run "
+                    f"with the window the data folder was made with, or move the data folder aside to start anew."
+                )
         tune_gc()
 
     def checkpoint(self, epoch: int, data_dir: str) -> str:
@@ -40,10 +46,10 @@ class ShardActor:
         return self._store.receive(batch)
 
     @ray.method(num_returns=2)
-    def apply(self, epoch: int, vector: dict[str, int]):
+    def apply(self, epoch: int, vector: dict[str, int], watermark: float | None = None):
         """Returns (summary, delta) as two objects so the coordinator can wait on the small one
         and hand the delta's reference straight to the compute actor."""
-        return self._store.apply(epoch, vector)
+        return self._store.apply(epoch, vector, watermark)
 
     def ping(self) -> int:
         """Liveness: the last epoch applied."""
@@ -66,4 +72,6 @@ class ShardActor:
             "edges": len(s.edges),
             "live_edges": s.edges.live(),
             "edge_bytes": s.edges.nbytes,
+            "window_rows": len(s._contrib) if s._contrib is not None else 0,
+            "late": s.late,
         }

@@ -26,6 +26,7 @@ from snapshots.attrs import AttrTable, Stamps, decode, encode
 from snapshots.delta import EpochDelta, ShardSummary
 from snapshots.exceptions import EpochOrderError, ShardCapacityError
 from snapshots.growable import Column
+from snapshots.window import TimeLog
 
 # The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
 # index is one sorted integer array: 67M local vertices and 4096 edge types per shard.
@@ -33,6 +34,11 @@ SRC_SHIFT = np.uint64(38)
 DST_SHIFT = np.uint64(12)
 MAX_VERTICES = 1 << 26
 MAX_TYPES = 1 << 12
+
+
+def edge_keys(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
+    """The packed key of each (src, dst, type)."""
+    return (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
 
 
 class EdgeTable:
@@ -49,15 +55,19 @@ class EdgeTable:
         self.first_ts = Column(np.float64)
         self._keys: np.ndarray = np.zeros(0, dtype=np.uint64)
         self._slots = np.zeros(0, dtype=np.int64)
+        self._free = np.zeros(0, dtype=np.int64)  # released slots (sorted), taken by new edges first
 
     def __len__(self) -> int:
         return len(self.src)
 
-    def apply(self, src, dst, etype, dmult, dweight, ts=None) -> np.ndarray:
-        """Add signed multiplicities and weights (and fold the adds' ``ts`` into ``first_ts``); returns the touched slots."""
+    def apply(self, src, dst, etype, dmult, dweight, ts=None, rows: bool = False):
+        """Add signed multiplicities and weights (and fold the adds' ``ts`` into ``first_ts``); returns the
+        touched slots (and, with ``rows``, the slot of each input row too). New edges take released
+        slots first, lowest first, then new ones."""
         if len(src) == 0:
-            return np.zeros(0, dtype=np.int64)
-        keys = (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+            z = np.zeros(0, dtype=np.int64)
+            return (z, z) if rows else z
+        keys = edge_keys(src, dst, etype)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
         starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
@@ -78,29 +88,63 @@ class EdgeTable:
         self.first_ts.view[old] = np.minimum(self.first_ts.view[old], dt[found])
 
         new = ~found
-        fresh = np.arange(len(self), len(self) + int(new.sum()), dtype=np.int64)
+        n_new = int(new.sum())
+        reused, self._free = self._free[:n_new], self._free[n_new:]
+        fresh = np.concatenate([reused, np.arange(len(self), len(self) + n_new - len(reused), dtype=np.int64)])
         nk = uniq[new]
-        self.src.extend((nk >> SRC_SHIFT).astype(np.int32))
-        self.dst.extend(((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32))
-        self.etype.extend((nk & np.uint64(MAX_TYPES - 1)).astype(np.int16))
-        self.mult.extend(dm[new])
-        self.weight.extend(dw[new])
-        self.first_ts.extend(dt[new])
+        cols = (
+            (self.src, (nk >> SRC_SHIFT).astype(np.int32)),
+            (self.dst, ((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32)),
+            (self.etype, (nk & np.uint64(MAX_TYPES - 1)).astype(np.int16)),
+            (self.mult, dm[new]), (self.weight, dw[new]), (self.first_ts, dt[new]),
+        )
+        k = len(reused)
+        for col, values in cols:
+            col.view[reused] = values[:k]
+            col.extend(values[k:])
         self._keys = np.insert(self._keys, pos[new], nk)
         self._slots = np.insert(self._slots, pos[new], fresh)
-        return np.concatenate([old, fresh])
+        touched = np.concatenate([old, fresh])
+        if not rows:
+            return touched
+        slot_of = np.empty(len(uniq), dtype=np.int64)
+        slot_of[found], slot_of[new] = old, fresh
+        row_slots = np.empty(len(keys), dtype=np.int64)
+        row_slots[order] = slot_of[np.cumsum(np.r_[True, sk[1:] != sk[:-1]]) - 1]
+        return touched, row_slots
+
+    def release(self, slots: np.ndarray) -> None:
+        """Give ``slots`` (edges with nothing left: multiplicity and weight 0) back for new edges to take;
+        their keys leave the index. Only the window frees slots: without one an edge is forever."""
+        if not len(slots):
+            return
+        slots = np.unique(slots.astype(np.int64))
+        keys = edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots])
+        pos = np.searchsorted(self._keys, keys)
+        self._keys = np.delete(self._keys, pos)
+        self._slots = np.delete(self._slots, pos)
+        self.mult.view[slots] = 0
+        self.weight.view[slots] = 0
+        self.first_ts.view[slots] = np.inf
+        self._free = np.union1d(self._free, slots)
 
     def load(self, cols: dict) -> None:
-        """Columns saved by a checkpoint, slots as they were; the key index is rebuilt."""
+        """Columns saved by a checkpoint, slots as they were; the key index is rebuilt (without the released slots)."""
         for name in ("src", "dst", "etype", "mult", "weight", "first_ts"):
             getattr(self, name).extend(cols[name])
-        keys = (
-            (self.src.view.astype(np.uint64) << SRC_SHIFT)
-            | (self.dst.view.astype(np.uint64) << DST_SHIFT)
-            | self.etype.view.astype(np.uint64)
-        )
-        order = np.argsort(keys, kind="stable")
-        self._keys, self._slots = keys[order], order.astype(np.int64)
+        self._free = np.asarray(cols.get("free", np.zeros(0)), dtype=np.int64)
+        keys = edge_keys(self.src.view, self.dst.view, self.etype.view)
+        held = np.ones(len(keys), dtype=bool)
+        held[self._free] = False
+        slots = np.flatnonzero(held)
+        order = np.argsort(keys[slots], kind="stable")
+        self._keys, self._slots = keys[slots][order], slots[order].astype(np.int64)
+
+    def columns(self) -> dict:
+        """For a checkpoint: the columns (copies) and the released slots."""
+        cols = {c: getattr(self, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")}
+        cols["free"] = self._free.copy()
+        return cols
 
     def live(self) -> int:
         return int(np.count_nonzero(self.mult.view > 0))
@@ -165,8 +209,16 @@ def _take_below(chunks: list[tuple[np.ndarray, ...]], high: int) -> tuple[list[n
 
 
 class ShardStore:
-    def __init__(self, shard: int) -> None:
+    def __init__(self, shard: int, window: float | None = None) -> None:
         self.shard = shard
+        # With a window (seconds), what each edge and vertex holds comes only from the transactions
+        # whose event time is inside (watermark - window, watermark]; see snapshots.window.
+        self.window = window
+        self._contrib = TimeLog(window) if window else None  # edge contributions: key = slot
+        self._writes = TimeLog(window) if window else None  # attribute writes: key = vertex id
+        self._rows = Column(np.int32)  # per slot: its contributions inside the window
+        self._adds = Column(np.int32)  # per slot: the adds among them
+        self.late = 0  # transactions applied after their time had left the window (never entered)
         self.vertices = Interner(MAX_VERTICES, "vertices")
         self.types = Interner(MAX_TYPES, "edge types")
         self.exists = Column(np.bool_)
@@ -227,8 +279,11 @@ class ShardStore:
         return ids
 
     # -- applying -----------------------------------------------------------
-    def apply(self, epoch: int, vector: dict[str, int]) -> tuple[ShardSummary, EpochDelta]:
-        """Apply every buffered transaction with ``offset < vector[partition]``; return what changed."""
+    def apply(self, epoch: int, vector: dict[str, int], watermark: float | None = None) -> tuple[ShardSummary, EpochDelta]:
+        """Apply every buffered transaction with ``offset < vector[partition]``; return what changed.
+
+        With a window, ``watermark`` is the epoch's W_e: transactions at or below ``W_e - window``
+        do not enter (late), and contributions that fell to or below it leave."""
         if epoch <= self.epoch:
             raise EpochOrderError(f"shard {self.shard}: epoch {epoch} after epoch {self.epoch}")
         for name, high in self.applied.items():
@@ -243,17 +298,33 @@ class ShardStore:
             buf.offsets = buf.offsets[buf.offsets >= high]
             taken, buf.edges = _take_below(buf.edges, high)
             if taken is not None and len(taken[0]):
-                edge_parts.append(taken)
+                edge_parts.append((name, taken))
             taken, buf.vertices = _take_below(buf.vertices, high)
             if taken is not None and len(taken[0]):
                 vertex_parts.append((name, taken))
 
+        bound = None
+        late: dict[str, np.ndarray] = {}
+        expired = np.zeros(0, dtype=np.int64)
+        if self.window:
+            if watermark is None:
+                raise EpochOrderError(f"shard {self.shard}: epoch {epoch} has no watermark, and the shard has a window")
+            bound = float(watermark) - self.window
+            edge_parts, vertex_parts, late = _drop_late(edge_parts, vertex_parts, bound)
+            self.late += sum(len(o) for o in late.values())
+            expired = self._expire_edges(bound)
         if edge_parts:
-            off, src, dst, typ, sign, w, ts = (np.concatenate(c) for c in zip(*edge_parts))
-            touched = self.edges.apply(src, dst, typ, sign.astype(np.int64), w * sign, ts)
+            off, src, dst, typ, sign, w, ts = (np.concatenate(c) for c in zip(*(cols for _, cols in edge_parts)))
+            dw = w * sign
+            touched, slots = self.edges.apply(src, dst, typ, sign.astype(np.int64), dw, ts, rows=True)
+            if self._contrib is not None:
+                self._count_rows(slots, sign)
+                self._contrib.add(ts, slots, sign, dw)
         else:
             src = dst = np.zeros(0, dtype=np.int32)
             touched = np.zeros(0, dtype=np.int64)
+        if len(expired):
+            touched = np.unique(np.concatenate([touched, expired]))
 
         winners, partition_names, n_vertex_rows = _last_writers(vertex_parts)
         vids = np.concatenate([t[1] for _, t in vertex_parts]) if vertex_parts else np.zeros(0, dtype=np.int32)
@@ -275,6 +346,10 @@ class ShardStore:
             self.attrs.put(vid, encode(attrs))
             changed.add(vid)
         self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
+        if self._writes is not None and bound is not None:
+            vid = winners["vid"][newer]
+            self._writes.add(winners["ts"][newer], vid, np.zeros(len(vid), np.int8), np.zeros(len(vid), np.int64))
+            changed.update(self._expire_attrs(bound))
 
         for name, high in vector.items():
             self.applied[name] = max(high, self.applied.get(name, 0))
@@ -314,8 +389,64 @@ class ShardStore:
             updates=len(src) + n_vertex_rows,
             live_edges=e.live(),
             buffered=sum(b.size() for b in self._buffers.values()),
+            late=late,
         )
         return summary, delta
+
+    # -- the window ---------------------------------------------------------
+    def _count_rows(self, slots: np.ndarray, sign: np.ndarray, step: int = 1) -> None:
+        """Keep, per slot, how many of its contributions (and adds) are inside the window."""
+        n = len(self.edges)
+        for col in (self._rows, self._adds):
+            if len(col) < n:
+                col.extend(np.zeros(n - len(col), dtype=np.int32))
+        np.add.at(self._rows.view, slots, step)
+        np.add.at(self._adds.view, slots[sign > 0], step)
+
+    def _expire_edges(self, bound: float) -> np.ndarray:
+        """Take the contributions at or below ``bound`` out of their edges; returns the slots they touched.
+        An edge whose earliest add left gets the earliest add still inside; an edge with nothing left
+        inside gives its slot back."""
+        assert self._contrib is not None
+        ts, slots, sign, dw = self._contrib.expire(bound)
+        if not len(ts):
+            return np.zeros(0, dtype=np.int64)
+        e = self.edges
+        np.add.at(e.mult.view, slots, -sign.astype(np.int64))
+        np.add.at(e.weight.view, slots, -dw)
+        self._count_rows(slots, sign, -1)
+        touched = np.unique(slots)
+        first_gone = np.unique(slots[sign > 0])
+        first_gone = first_gone[e.first_ts.view[first_gone] <= bound]
+        e.first_ts.view[first_gone] = np.inf
+        still = first_gone[self._adds.view[first_gone] > 0]
+        e.first_ts.view[still] = self._contrib.earliest_adds(still)
+        e.release(touched[self._rows.view[touched] == 0])
+        return touched
+
+    def _expire_attrs(self, bound: float) -> set[int]:
+        """Vertices whose winning attribute write left the window lose their attributes."""
+        assert self._writes is not None
+        _, vids, _, _ = self._writes.expire(bound)
+        vids = np.unique(vids)
+        if not len(vids):
+            return set()
+        stamps = self._stamps
+        gone = vids[(stamps.part.view[vids] >= 0) & (stamps.ts.view[vids] <= bound)]
+        for v in gone.tolist():
+            self.attrs.clear(v)
+        stamps.clear(gone)
+        return set(gone.tolist())
+
+    def present(self) -> np.ndarray:
+        """Local ids in S_e: with a window, the ends of a live edge and the vertices with attributes;
+        without one, every vertex an applied update touched."""
+        if not self.window:
+            return np.flatnonzero(self.exists.view)
+        e = self.edges
+        live = e.mult.view > 0
+        with_attrs = np.array(self.attrs.ids(), dtype=np.int64)
+        return np.unique(np.concatenate([e.src.view[live], e.dst.view[live], with_attrs]).astype(np.int64))
 
     # -- checkpoints --------------------------------------------------------
     def state(self) -> bytes:
@@ -333,7 +464,11 @@ class ShardStore:
                 "exists": exists.copy(),
                 "attrs": self.attrs.state(),
                 "stamps": self._stamps.state(),
-                "edges": {c: getattr(e, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")},
+                "edges": e.columns(),
+                "window": None if self._contrib is None else {
+                    "contributions": self._contrib.state(), "writes": self._writes.state() if self._writes is not None else None,
+                    "rows": self._rows.view.copy(), "adds": self._adds.view.copy(), "late": self.late,
+                },
             },
             protocol=5,
         )
@@ -343,7 +478,14 @@ class ShardStore:
         """A store in the state :meth:`state` saved; its next delta carries everything, so a
         downstream stage that starts empty is rebuilt by it."""
         st = pickle.loads(payload)
-        store = cls(st["shard"])
+        w = st.get("window")
+        store = cls(st["shard"], w["contributions"]["window"] if w else None)
+        if w:
+            store._contrib = TimeLog.restore(w["contributions"])
+            store._writes = TimeLog.restore(w["writes"])
+            store._rows.extend(w["rows"])
+            store._adds.extend(w["adds"])
+            store.late = w["late"]
         store.epoch, store.applied, store.transactions = st["epoch"], st["applied"], st["transactions"]
         store.vertices.ids(st["vertices"])
         store.types.ids(st["types"])
@@ -365,11 +507,33 @@ class ShardStore:
         """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``
         (and ``first_ts``: {(s, d, t): earliest add time})."""
         names, types, e = self.vertices.names, self.types.names, self.edges
-        verts = {names[i]: decode(self.attrs.raw(int(i))) for i in np.flatnonzero(self.exists.view)}
-        keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view, e.dst.view, e.etype.view)]
-        edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view, e.weight.view)}
-        first = {k: float(f) for k, f in zip(keys, e.first_ts.view)}
+        verts = {names[i]: decode(self.attrs.raw(int(i))) for i in self.present()}
+        held = np.ones(len(e), dtype=bool)
+        held[e._free] = False  # released slots hold no edge
+        slots = np.flatnonzero(held)
+        keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view[slots], e.dst.view[slots], e.etype.view[slots])]
+        edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view[slots], e.weight.view[slots])}
+        first = {k: float(f) for k, f in zip(keys, e.first_ts.view[slots])}
         return {"vertices": verts, "edges": edges, "first_ts": first}
+
+
+def _drop_late(edge_parts: list, vertex_parts: list, bound: float) -> tuple[list, list, dict[str, np.ndarray]]:
+    """Split off the rows whose event time is at or below ``bound``: they never enter the window.
+    Every row of a transaction carries the transaction's time, so a transaction is late whole.
+    Returns the parts left and, per partition, the offsets of the late transactions."""
+    late: dict[str, list[np.ndarray]] = {}
+    out = []
+    for parts, ts_col in ((edge_parts, 6), (vertex_parts, 2)):
+        kept = []
+        for name, cols in parts:
+            old = cols[ts_col] <= bound
+            if old.any():
+                late.setdefault(name, []).append(cols[0][old])
+                cols = [c[~old] for c in cols]
+            if len(cols[0]):
+                kept.append((name, cols))
+        out.append(kept)
+    return out[0], out[1], {p: np.unique(np.concatenate(o)) for p, o in late.items()}
 
 
 def _run_index(offsets: np.ndarray) -> np.ndarray:

@@ -85,3 +85,50 @@ def live_digraph(graph: dict, types: tuple[str, ...] | None = None):
             prev = g.get_edge_data(s, d, {"weight": 0.0})["weight"]
             g.add_edge(s, d, weight=prev + max(w, 0) / WEIGHT_SCALE)
     return g
+
+
+def window_reference(
+    records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int], window: float, transform: str = "edges",
+    record_ts: dict[tuple[str, int], float] | None = None,
+) -> tuple[dict, float | None]:
+    """``S_e`` and ``W_e`` of a windowed service, word for word from the definition (README, "Sliding
+    windows"): a transaction (one record) has the largest ``ts`` among its updates as its time (one
+    without takes ``record_ts[(partition, offset)]``, the broker's time, or is a dead letter); ``W_e`` is the largest time below the vector; ``S_e``
+    holds the transactions with time in ``(W_e - window, W_e]``; a vertex is in it while it has a live
+    edge there or attributes written there."""
+    fn = get_transform(transform)
+    txs = []
+    for p, recs in records.items():
+        for offset, raw in recs:
+            if offset >= vector.get(p, 0):
+                continue
+            try:
+                updates = fn(raw)
+            except BadRecord:
+                continue
+            t = max((u.ts for u in updates if u.ts), default=0.0) or (record_ts or {}).get((p, offset), 0.0)
+            if t:
+                txs.append((p, offset, t, updates))
+    if not txs:
+        return {"vertices": {}, "edges": {}, "first_ts": {}}, None
+    w = max(t for _, _, t, _ in txs)
+    edges: dict[tuple, tuple[int, int]] = {}
+    first: dict[tuple, float] = {}
+    stamps: dict[str, tuple] = {}
+    attrs: dict[str, dict] = {}
+    for p, offset, t, updates in txs:
+        if not (w - window < t <= w):
+            continue
+        for i, u in enumerate(updates):
+            if isinstance(u, EdgeUpdate):
+                key = (u.src, u.dst, u.type)
+                m, wt = edges.get(key, (0, 0))
+                edges[key] = (m + u.sign, wt + u.sign * u.weight)
+                first[key] = min(first.get(key, math.inf), t if u.sign > 0 else math.inf)
+            else:
+                stamp = (t, p, offset, i)
+                if u.id not in stamps or stamp > stamps[u.id]:
+                    stamps[u.id], attrs[u.id] = stamp, u.attrs
+    vertices: dict[str, dict | None] = {v: None for (s, d, _), (m, _) in edges.items() if m > 0 for v in (s, d)}
+    vertices.update(attrs)
+    return {"vertices": vertices, "edges": edges, "first_ts": first}, w

@@ -22,4 +22,7 @@ async def search(
     epoch: EpochQ = None,
 ) -> JSON:
     view = store.get(epoch)
-    return JSON({"epoch": view.result.epoch, "items": store.search(prefix, limit, view.result.vertices)})
+    r = view.result
+    # Window mode: ids stay for vertices that left the window; only those in the snapshot are found.
+    found = store.search(prefix, limit, r.known_vertices(), present=getattr(r, "present", None))
+    return JSON({"epoch": r.epoch, "items": found})

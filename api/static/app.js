@@ -138,6 +138,25 @@ function ago(seconds) {
   return seconds < 120 ? `-${Math.round(seconds)} s` : `-${fmt1.format(seconds / 60)} min`;
 }
 
+// A window's length as the flag would say it (600 -> "10 m").
+function duration(seconds) {
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+    if (seconds >= size && seconds % size === 0) return `${fmt.format(seconds / size)} ${unit}`;
+  }
+  return seconds >= 1 ? `${fmt1.format(seconds)} s` : `${fmt.format(Math.round(seconds * 1000))} ms`;
+}
+
+// The window card: shown only while the newest epoch has one (--window).
+function renderWindow(last) {
+  const on = last.window !== null && last.window !== undefined;
+  $("kpi-window").hidden = !on;
+  if (!on) return;
+  $("k-window").textContent = duration(last.window);
+  const wm = last.watermark === null || last.watermark === undefined
+    ? "–" : new Date(last.watermark * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  $("k-watermark").textContent = `watermark ${wm}`;
+}
+
 function renderCharts() {
   const es = state.epochs;
   const t = (e) => Date.parse(e.committed_at) / 1000;
@@ -162,6 +181,7 @@ function renderCharts() {
   $("k-edges").textContent = fmt.format(last.edges);
   $("k-rate").textContent = rate.length ? fmt.format(Math.round(rate.at(-1)[1])) : "–";
   $("k-timeliness").textContent = `${fmt.format(Math.round(last.timeliness_ms.p50))} / ${fmt.format(Math.round(last.timeliness_ms.p99))}`;
+  renderWindow(last);
 }
 
 // ---- top 20 ---------------------------------------------------------------------------------

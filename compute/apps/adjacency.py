@@ -391,7 +391,8 @@ class AppAdjacency:
         step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
         moved = np.flatnonzero(step)
         if len(moved):
-            # A slot keeps its (src, dst): the new state names the pair of a slot either way.
+            # Rows are edges, not slots (compute.graph.by_edge: a reused slot comes as two rows), so a
+            # row's before and after name one pair and the new state's pair is the row's either way.
             keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
             diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)
             keys, diff = keys[diff != 0], diff[diff != 0]

@@ -6,7 +6,9 @@ lists with their first add times, all from an :class:`~compute.apps.adjacency.Ap
 that the runner keeps across epochs and updates from each epoch's changes (``build`` makes
 one from scratch: the reference the tests compare with). :class:`AppDelta` is what the epoch
 did, edge by edge: edges that went live and edges that went (a pair with another live type
-counts as gone too: conservative, never wrong). Must not touch the rank engine or the shards.
+counts as gone too: conservative, never wrong). Its rows are edges, never slots (see
+:func:`compute.graph.by_edge`: with a window a shard reuses the slots of expired edges), so a row's
+before and after always name one (src, dst, type). Must not touch the rank engine or the shards.
 """
 
 from __future__ import annotations

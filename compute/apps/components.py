@@ -5,6 +5,10 @@ a merge is a relabel to the smaller one. Insertions: the labels joined by the
 new edges form a small graph whose connected components (SciPy) give the
 merges, applied with one vectorized lookup. Deletions: only the components that
 lost an edge can split; their vertices are re-solved on the induced subgraph.
+
+In window mode a vertex outside the snapshot (no live edge, no attributes) is
+no component: it keeps its own label internally (it has no edges, so nothing
+joins it), and is published with label -1 and counted nowhere.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ TOP_COMPONENTS = 1000
 @dataclass
 class ComponentsState:
     labels: np.ndarray  # int64 per vertex: the smallest vertex id of its component
+    present: np.ndarray | None = None  # window mode: the vertices in the snapshot (a copy); None: all
 
 
 def _min_labels(n: int, src: np.ndarray, dst: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
@@ -37,12 +42,17 @@ def _min_labels(n: int, src: np.ndarray, dst: np.ndarray, ids: np.ndarray | None
     return smallest[comp]
 
 
+def _present(graph: AppGraph) -> np.ndarray | None:
+    present = graph.g.present()
+    return None if present is None else present.copy()
+
+
 class Components(Application):
     name = "components"
 
     def initialize(self, graph: AppGraph) -> ComponentsState:
         src, dst = graph.pairs()
-        return ComponentsState(_min_labels(graph.n, src, dst))
+        return ComponentsState(_min_labels(graph.n, src, dst), _present(graph))
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: ComponentsState) -> ComponentsState:
         n = graph.n
@@ -72,11 +82,14 @@ class Components(Application):
                 lookup = np.arange(n, dtype=np.int64)
                 lookup[touched] = merged
                 labels = lookup[labels]
-        return ComponentsState(labels)
+        return ComponentsState(labels, _present(graph))
 
     def publish(self, state: ComponentsState) -> dict:
         labels = state.labels
-        sizes = np.bincount(labels, minlength=len(labels)) if len(labels) else np.zeros(0, np.int64)
+        if state.present is not None:
+            # An absent vertex has no edge: it is alone in its label, which then simply drops out.
+            labels = np.where(state.present[: len(labels)], labels, -1)
+        sizes = np.bincount(labels[labels >= 0], minlength=len(labels)) if len(labels) else np.zeros(0, np.int64)
         comps = np.flatnonzero(sizes)
         order = comps[np.lexsort((comps, -sizes[comps]))][:TOP_COMPONENTS]
         return {

@@ -190,6 +190,20 @@ def _exposure_histogram(mentions: sp.csr_matrix, adoptions: sp.csr_matrix, level
     return hist
 
 
+def _unstamped(state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:
+    """``state`` without the stamps of the (user, tag) pairs given (those not stamped are ignored)."""
+    if not len(users) or not len(state.keys):
+        return state
+    keys = np.unique(_pack(users, tags))
+    pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
+    drop = pos[state.keys[pos] == keys]
+    if not len(drop):
+        return state
+    keep = np.ones(len(state.keys), dtype=bool)
+    keep[drop] = False
+    return ExposureState(state.keys[keep], state.epochs[keep], state.times[keep], state.topics, state.as_of)
+
+
 def _merged(state: ExposureState, counted: dict[int, Topic], epoch: int, hashtags: np.ndarray | None) -> ExposureState:
     """``state`` with the recounted ``hashtags`` (None: all) replaced, counted as of ``epoch``;
     a recounted hashtag nobody tags any more drops out."""
@@ -261,6 +275,10 @@ class Exposure(Application):
         state = self._restored or ExposureState()
         self._restored = None
         t_src, t_dst, _ = graph.typed(TAGS)
+        if graph.g.windowed and len(state.keys):
+            # Restored stamps of taggings that have left the window since are no adoptions any more.
+            keep = np.isin(state.keys, _pack(t_src, t_dst))
+            state = ExposureState(state.keys[keep], state.epochs[keep], state.times[keep], state.topics, state.as_of)
         state = self._stamp(graph, state, t_src, t_dst)
         self._pending.clear()
         if self._pool is not None:
@@ -271,8 +289,13 @@ class Exposure(Application):
 
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: ExposureState) -> ExposureState:
+        state = previous
+        if graph.g.windowed:
+            # A tagging that left the window is no adoption any more: its stamp goes with it, so the
+            # stamps follow the window (a later tagging is a new adoption, stamped anew).
+            state = _unstamped(state, *delta.deleted(TAGS))
         s, h = delta.inserted(TAGS)
-        state = self._stamp(graph, previous, s, h)
+        state = self._stamp(graph, state, s, h)
         _, tag_dst, _, _ = delta.touched(TAGS)
         _, m_dst, _, _ = delta.touched(MENTIONS)
         affected = [tag_dst]

@@ -21,6 +21,9 @@ from ingest.exceptions import SourceError
 class Record(NamedTuple):
     offset: int
     value: bytes
+    # The time the source stored with the record, in seconds (Kafka: the broker's timestamp); 0: none.
+    # Stored with the record, so it is the same on every replay: a window may use it as event time.
+    ts: float = 0.0
 
 
 class SourcePartition(abc.ABC):
@@ -43,6 +46,15 @@ class SourcePartition(abc.ABC):
 
     def close(self) -> None:
         """Release files or connections. Idempotent."""
+
+    def commit(self, offset: int) -> None:
+        """Tell the source that everything below ``offset`` is durable (Kafka: the consumer group's
+        offset, for lag monitoring; the checkpoint stays the truth). Most sources keep no such record."""
+
+    def health(self) -> dict:
+        """What the source knows of its own state, for /health: connected, error, lag and retention
+        losses by partition. Sources without a remote end have nothing to say."""
+        return {}
 
 
 class RateLimiter:
@@ -105,41 +117,3 @@ class SourceSpec:
         else:
             raise SourceError(f"unknown source kind {self.kind!r}; expected synthetic, file or kafka")
         return names + (["events:0"] if self.events_log else [])
-
-
-def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) -> list[SourcePartition]:
-    """Open the named partitions of ``spec``, each resuming at ``starts.get(name, 0)``."""
-    all_names = spec.partition_names()
-    unknown = set(names) - set(all_names)
-    if unknown:
-        raise SourceError(f"source {spec.kind!r} has no partitions {sorted(unknown)}")
-    from ingest.sources.file import FilePartition
-    from ingest.sources.synthetic import SyntheticPartition
-
-    if spec.kind == "kafka":
-        from ingest.sources.kafka import BaseKafkaClient, KafkaClient, KafkaPartition, partition_number
-
-        client_class: type[BaseKafkaClient]
-        if spec.kafka_client == "confluent":
-            from ingest.sources.confluent import ConfluentKafkaClient
-
-            client_class = ConfluentKafkaClient
-        elif spec.kafka_client == "kafka-python":
-            client_class = KafkaClient
-        else:
-            raise SourceError(f"unknown Kafka client {spec.kafka_client!r}; expected kafka-python or confluent")
-        numbers = [partition_number(n) for n in names]
-        client = client_class(
-            str(spec.bootstrap), str(spec.topic), numbers, {partition_number(n): starts.get(n, 0) for n in names}, spec.group
-        )
-        return [KafkaPartition(client, p) for p in numbers]
-    out: list[SourcePartition] = []
-    for n in names:
-        start = starts.get(n, 0)
-        if n == "events:0":
-            out.append(FilePartition(n, str(spec.events_log), start))
-        elif spec.kind == "synthetic":
-            out.append(SyntheticPartition(spec, all_names.index(n), start))
-        else:
-            out.append(FilePartition(n, spec.path, start, rate=spec.rate, limit=spec.limit))
-    return out

@@ -128,7 +128,8 @@ class ConfluentKafkaClient(BaseKafkaClient):
             if recs is None:
                 recs = out[p] = []
             value = m.value()
-            recs.append(Record(m.offset(), value if value is not None else b""))
+            kind, ms = m.timestamp()
+            recs.append(Record(m.offset(), value if value is not None else b"", ms / 1000.0 if kind and ms > 0 else 0.0))
         return out
 
     def _end_offsets(self) -> dict[int, int]:

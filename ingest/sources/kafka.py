@@ -316,7 +316,7 @@ class KafkaClient(BaseKafkaClient):
                 self._out_of_range(tp.partition)
             return {}
         return {
-            tp.partition: [Record(r.offset, r.value if r.value is not None else b"") for r in recs]
+            tp.partition: [Record(r.offset, r.value if r.value is not None else b"", max(r.timestamp or 0, 0) / 1000.0) for r in recs]
             for tp, recs in batch.items() if recs
         }
 
@@ -363,6 +363,18 @@ class KafkaPartition(SourcePartition):
 
     def close(self) -> None:
         self.client.close()
+
+    def commit(self, offset: int) -> None:
+        self.client.commit({self.partition: offset})
+
+    def health(self) -> dict:
+        c, name = self.client, self.name
+        return {
+            "connected": c.connected,
+            "error": c.error,
+            "lag": {name: c.lag[self.partition]} if self.partition in c.lag else {},
+            "retention_lost": {name: c.retention_lost[self.partition]} if self.partition in c.retention_lost else {},
+        }
 
 
 def partition_number(name: str) -> int:

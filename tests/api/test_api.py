@@ -11,14 +11,17 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.store import ResultStore
 
-EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms", "skipped", "error_bounds"}
+EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms", "skipped", "error_bounds",
+              "window", "watermark", "late"}
 
 
 def assert_epoch_shape(e: dict) -> None:
     assert set(e) == EPOCH_KEYS
     assert isinstance(e["epoch"], int) and e["epoch"] >= 1
     assert all(isinstance(k, str) and isinstance(v, int) for k, v in e["vector"].items())
-    assert all(isinstance(e[k], int) for k in ("records", "vertices", "edges"))
+    assert all(isinstance(e[k], int) for k in ("records", "vertices", "edges", "late"))
+    # Without --window (as these tests run) neither a window nor a watermark; see tests/api/test_window.py.
+    assert e["window"] is None and e["watermark"] is None and e["late"] == 0
     assert dt.datetime.fromisoformat(e["committed_at"]).tzinfo is not None
     t = e["timeliness_ms"]
     assert set(t) == {"p50", "p99", "max"} and 0 <= t["p50"] <= t["p99"] <= t["max"]

@@ -1,4 +1,5 @@
-"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against the running pipeline.
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against the running pipeline,
+and against a server over windowed epochs (the compute stage's results, no pipeline) for the window card.
 
 `make test` installs chromium when /usr/bin/chromium is missing; Playwright's own
 browser download is never used. The screenshot lands in tests/artifacts/.
@@ -6,11 +7,18 @@ browser download is never used. The screenshot lands in tests/artifacts/.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
+import threading
 import time
 
 import pytest
+import uvicorn
+
+from api.app import create_app
+from api.edge import server_config
+from tests.api.conftest import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "artifacts")
@@ -67,6 +75,7 @@ def test_dashboard_goes_live_and_opens_a_vertex(browser, server):
     assert history.get_attribute("d").count("L") >= 2
     assert page.locator("#nb-in tr").count() >= 1
     assert page.locator("#chart-rate path.line").count() == 1
+    assert page.locator("#kpi-window").is_hidden()  # no --window: no window card
     os.makedirs(ARTIFACTS, exist_ok=True)
     page.screenshot(path=os.path.join(ARTIFACTS, "dashboard.png"), full_page=True)
     assert page.locator("#banner").is_hidden()
@@ -174,4 +183,42 @@ def test_the_api_docs_load_from_this_server_only(browser, server):
     elsewhere = [u for u in requested if not u.startswith(server) and not u.startswith("data:")]
     assert elsewhere == [], f"the docs page fetched {elsewhere}"
     assert problems == [], problems  # a blocked script or a policy violation shows up here
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def windowed_server():
+    """A real server over a store of windowed epochs (no pipeline: nothing new arrives)."""
+    from tests.api.test_window import windowed_store  # noqa: PLC0415 - the compute-side fixture data
+
+    store, _ = windowed_store()
+    port = free_port()
+    srv = uvicorn.Server(server_config(create_app(store), "127.0.0.1", port, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=srv.run, name="test-window-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", store
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_the_window_and_its_watermark_show_on_the_dashboard(browser, windowed_server):
+    url, store = windowed_server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + "/")
+    newest = store.get().result
+    wait_until(lambda: epoch_on(page) == newest.epoch, what="the newest windowed epoch on the page")
+    wait_until(lambda: not page.locator("#kpi-window").is_hidden(), what="the window card")
+    assert page.locator("#k-window").inner_text() == "1 m"  # --window 60s
+    when = dt.datetime.fromtimestamp(newest.watermark, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    assert page.locator("#k-watermark").inner_text() == f"watermark {when} UTC"
+    assert page.locator("#k-vertices").inner_text().replace(",", "") == str(newest.vertices)
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-window.png"), full_page=True)
+    assert errors == []
     page.close()

@@ -20,7 +20,7 @@ import ray
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from ingest.sources.base import SourceSpec, open_partitions
+from ingest.sources import SourceSpec, open_partitions
 from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline

@@ -92,9 +92,9 @@ def checkpointed_graph(data_dir) -> tuple[dict, dict]:
 
 def assert_one_history(data_dir) -> None:
     entries = EpochLog.read(str(data_dir / "epochs.log"))
-    assert [e["epoch"] for e in entries] == list(range(1, len(entries) + 1))
+    assert [e.epoch for e in entries] == list(range(1, len(entries) + 1))
     for a, b in zip(entries, entries[1:]):
-        assert all(b["vector"].get(p, 0) >= o for p, o in a["vector"].items())
+        assert all(b.vector.get(p, 0) >= o for p, o in a.vector.items())
 
 
 def test_sigkill_five_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):

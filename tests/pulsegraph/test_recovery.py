@@ -49,10 +49,10 @@ def settings(tmp_path, rate: float) -> Settings:
 
 def assert_log_is_one_history(path) -> list[dict]:
     entries = EpochLog.read(str(path))
-    numbers = [e["epoch"] for e in entries]
+    numbers = [e.epoch for e in entries]
     assert numbers == list(range(1, len(numbers) + 1)), "epoch numbers must not repeat or skip across crashes"
     for a, b in zip(entries, entries[1:]):
-        assert all(b["vector"].get(p, 0) >= o for p, o in a["vector"].items())
+        assert all(b.vector.get(p, 0) >= o for p, o in a.vector.items())
     return entries
 
 
@@ -80,7 +80,7 @@ def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path
         p.stop()
     assert seen_epochs == sorted(seen_epochs) and seen_epochs[-1] > 3, "restarts resume, not start over"
     entries = assert_log_is_one_history(tmp_path / "data" / "epochs.log")
-    assert entries[-1]["vector"]["file:0"] == len(lines)
+    assert entries[-1].vector["file:0"] == len(lines)
 
 
 def test_a_corrupt_checkpoint_falls_back_to_the_previous_one(ray_cluster, tmp_path, caplog):
@@ -104,7 +104,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one(ray_cluster, tmp_pa
     p = Pipeline(settings(tmp_path, rate=0)).start()
     try:
         # The store may first serve the archived results of the fallback epoch; the pipeline then cuts past it.
-        first = p.wait_for_epoch(lambda v: v.result.epoch > previous.epoch, timeout=60).result
+        p.wait_for_epoch(lambda v: v.result.epoch > previous.epoch, timeout=60)
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=60)
         assert ray.get(p.compute.snapshot.remote()) == reference(records, view.result.vector)
     finally:

@@ -40,7 +40,7 @@ def test_a_file_replaced_at_its_path_or_another_transform_is_refused(ray_cluster
     settings = Settings(source="file", path=path, data_dir=tmp_path / "data", epoch_interval="50ms", shards=2)
     run_once(settings)
     stored = json.loads((tmp_path / "data" / FILE).read_text())
-    assert stored == {"kind": "file", "transform": "edges", "path": str(path.resolve()), "inode": path.stat().st_ino}
+    assert stored == {"kind": "file", "transform": "edges", "window": "off", "path": str(path.resolve()), "inode": path.stat().st_ino}
     Pipeline(settings).start().stop()  # the same source resumes
     # Another transform makes other transactions of the same lines.
     assert "its transform was 'edges', now 'tweets'" in refused(settings.model_copy(update={"transform": "tweets"}))

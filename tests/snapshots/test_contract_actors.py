@@ -99,4 +99,4 @@ def test_every_sealed_epoch_equals_the_reference(ray_cluster, tmp_path_factory, 
     # Vectors only grow, and the epoch log holds exactly the cut vectors, in order.
     for a, b in zip(vectors, vectors[1:]):
         assert all(b.get(p, 0) >= o for p, o in a.items())
-    assert [e["vector"] for e in EpochLog.read(log_path)] == vectors
+    assert [e.vector for e in EpochLog.read(log_path)] == vectors

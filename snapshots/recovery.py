@@ -1,0 +1,60 @@
+"""Where a launch resumes: the newest valid checkpoint and the logged epochs after it.
+
+S_e is a pure function of V_e, so a launch can always rebuild the history it
+finds on disk: from the newest checkpoint whose files verify, re-cutting every
+logged epoch after it with exactly its logged number, vector and watermark; or,
+without a checkpoint, re-cutting every logged epoch from an empty graph (the
+same history, and the same downstream ids); or, with no log, from nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapshots.checkpoint import CheckpointStore, Manifest
+from snapshots.epoch import EpochLog, LogEntry
+from snapshots.exceptions import CheckpointError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What the coordinator resumes from: the restored epoch (0: none) and the epochs to re-cut."""
+
+    epoch: int
+    vector: dict[str, int]
+    valid: dict[str, int]  # valid records below the vector, per partition
+    replay: tuple[LogEntry, ...]
+    watermark: float | None = None  # the restored epoch's (W only grows: the next ones go on from it)
+
+    @property
+    def newest_vector(self) -> dict[str, int]:
+        """The vector of the newest epoch the history holds (the last to re-cut, or the restored one)."""
+        return self.replay[-1].vector if self.replay else self.vector
+
+    def partitions(self) -> set[str]:
+        return set(self.vector) | {p for e in self.replay for p in e.vector}
+
+
+def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> tuple[Manifest | None, RecoveryPlan | None]:
+    """The newest checkpoint of ``data_dir`` (when ``use_checkpoints``) and the plan that resumes from it.
+    ``shards``: the shard count asked for, which a checkpoint must match (None: take the checkpoint's)."""
+    entries = EpochLog.read(str(Path(data_dir) / "epochs.log"))
+    manifest = CheckpointStore(data_dir).latest() if use_checkpoints else None
+    if manifest is not None:
+        if shards and sorted(manifest.shards) != list(range(shards)):
+            raise CheckpointError(
+                f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {shards}. "
+                f"Operator action: run with --shards {len(manifest.shards)}, or move {data_dir} aside to start anew."
+            )
+        replay = tuple(e for e in entries if e.epoch > manifest.epoch)
+        log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
+        watermark = next((e.watermark for e in entries if e.epoch == manifest.epoch), None)
+        return manifest, RecoveryPlan(manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark)
+    if entries:
+        log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
+        return None, RecoveryPlan(0, {}, {}, tuple(entries))
+    return None, None

@@ -1,0 +1,42 @@
+"""A windowed service's rankings end to end: real Ray actors, the file source, ``--window``.
+
+At the final vector the compute stage's graph must be the window of its definition
+(``tests.graphref.window_reference``) edge for edge, the published epoch must count the
+window's vertices and carry its window and watermark, and PageRank must be networkx's on the
+window graph: teleport and dangling mass over the vertices in the window only, the others 0.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import ray
+
+from pulsegraph.topology import Pipeline
+from tests.graphref import live_digraph, window_reference
+from tests.pulsegraph.test_pipeline import write
+from tests.pulsegraph.test_window import WINDOW, timed_lines, windowed
+
+
+def test_a_windowed_file_stream_ranks_as_networkx_on_the_window(ray_cluster, tmp_path):
+    lines = timed_lines(1500, seed=5)
+    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
+    p = Pipeline(windowed(tmp_path, rate=0).model_copy(update={"pagerank_tol": 1e-11})).start()
+    try:
+        view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=90)
+        want, w = window_reference(records, view.result.vector, WINDOW)
+        r = view.result
+        assert (r.window, r.watermark) == (WINDOW, w)
+        assert view.info["window"] == WINDOW and view.info["watermark"] == w
+        got = ray.get(p.compute.snapshot.remote())
+        assert {k: v for k, v in got["edges"].items() if v[0] > 0} == {k: v for k, v in want["edges"].items() if v[0] > 0}
+        assert set(got["vertices"]) == set(want["vertices"])
+        names = p.store.names
+        present = {names[i] for i in np.flatnonzero(r.present)}
+        assert present == set(want["vertices"]) and r.vertices == len(present)
+        nxr = nx.pagerank(live_digraph(want), alpha=0.85, tol=1e-14, max_iter=10_000)
+        ours = r.scores["pagerank"]
+        assert np.abs(np.array([ours[p.store.index[v]] for v in nxr]) - np.array(list(nxr.values()))).sum() < 1e-8
+        assert not ours[~r.present].any()
+    finally:
+        p.stop()

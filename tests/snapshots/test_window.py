@@ -1,0 +1,200 @@
+"""The sliding window against its definition, on the shard stores themselves (no Ray).
+
+The definition (README, "Sliding windows"): the watermark ``W_e`` is the largest
+event time among the transactions below ``V_e``; ``S_e`` holds exactly the
+transactions below ``V_e`` with event time in ``(W_e - T, W_e]``; a transaction's
+time is the largest ``ts`` among its events. The reference below builds ``S_e``
+from that text alone; the stores must hold it at every epoch, whatever the
+delivery order, the re-deliveries, the cuts, the shard count, and across a
+restore from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.batch import Router
+from ingest.events import EdgeUpdate
+from snapshots.store import ShardStore
+from snapshots.window import TimeLog
+from tests.graphref import merge
+from tests.snapshots.streams import MULTI, TYPES, VERTICES, WEIGHTS
+
+WINDOW = 5.0
+
+# Times on a coarse grid, so that events fall exactly on the window's edge, tie, and arrive out of order.
+ts = st.integers(1, 30).map(float)
+edge_event = st.fixed_dictionaries(
+    {
+        "op": st.sampled_from(["add_edge", "add_edge", "add_edge", "remove_edge"]),
+        "src": st.sampled_from(VERTICES),
+        "dst": st.sampled_from(VERTICES),
+        "type": st.sampled_from(TYPES),
+        "weight": st.sampled_from(WEIGHTS),
+        "ts": ts,
+    }
+)
+vertex_event = st.fixed_dictionaries(
+    {"op": st.just("upsert_vertex"), "id": st.sampled_from(VERTICES), "attrs": st.fixed_dictionaries({"v": st.integers(0, 9)}), "ts": ts}
+)
+record = st.lists(st.one_of(edge_event, edge_event, vertex_event), min_size=1, max_size=3).map(lambda evs: json.dumps(evs).encode())
+
+
+@st.composite
+def windowed_streams(draw):
+    n = draw(st.integers(1, 3))
+    return {f"p{i}": list(enumerate(draw(st.lists(record, max_size=30)))) for i in range(n)}
+
+
+def tx_time(raw: bytes) -> float:
+    return max(e["ts"] for e in json.loads(raw))
+
+
+def reference(records: dict, vector: dict, window: float) -> tuple[dict, float]:
+    """S_e and W_e, word for word from the definition."""
+    below = [(p, o, raw) for p, recs in records.items() for o, raw in recs if o < vector.get(p, 0)]
+    if not below:
+        return {"vertices": {}, "edges": {}, "first_ts": {}}, -math.inf
+    w = max(tx_time(raw) for _, _, raw in below)
+    edges: dict = {}
+    first: dict = {}
+    stamps: dict = {}
+    attrs: dict = {}
+    for p, o, raw in below:
+        t = tx_time(raw)
+        if not (w - window < t <= w):
+            continue
+        for i, u in enumerate(MULTI(raw)):
+            if isinstance(u, EdgeUpdate):
+                key = (u.src, u.dst, u.type)
+                m, wt = edges.get(key, (0, 0))
+                edges[key] = (m + u.sign, wt + u.sign * u.weight)
+                first[key] = min(first.get(key, math.inf), t if u.sign > 0 else math.inf)
+            else:
+                stamp = (t, p, o, i)
+                if u.id not in stamps or stamp > stamps[u.id]:
+                    stamps[u.id], attrs[u.id] = stamp, u.attrs
+    vertices = {v: None for (s, d, _), (m, _) in edges.items() if m > 0 for v in (s, d)}
+    vertices.update(attrs)
+    return {"vertices": vertices, "edges": edges, "first_ts": first}, w
+
+
+def deliver(stores: list[ShardStore], records: dict, lo: dict, hi: dict, chunk: int) -> float:
+    """Send the records in [lo, hi) of every partition in chunks, as ingest rounds do; returns the
+    largest event time among them (what the coordinator folds into the watermark)."""
+    latest = -math.inf
+    for p, recs in records.items():
+        todo = [(o, raw) for o, raw in recs if lo.get(p, 0) <= o < hi.get(p, 0)]
+        for i in range(0, len(todo), chunk):
+            router = Router(len(stores))
+            for o, raw in todo[i : i + chunk]:
+                router.add(p, o, MULTI(raw))
+            times, dropped = router.stamp_times()
+            assert not dropped  # every event here has a ts
+            latest = max([latest, *times.values()])
+            for store, batch in zip(stores, router.take()):
+                store.receive(batch)
+    return latest
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream=windowed_streams(), n_shards=st.integers(1, 3), data=st.data())
+def test_every_epoch_holds_exactly_the_window_of_its_vector_and_a_restore_continues_it(stream, n_shards, data):
+    stores = [ShardStore(s, WINDOW) for s in range(n_shards)]
+    vector: dict[str, int] = {}
+    watermark = -math.inf
+    epoch = 0
+    restored_at = data.draw(st.integers(1, 6))
+    for _ in range(data.draw(st.integers(1, 8))):
+        nxt = {p: data.draw(st.integers(vector.get(p, 0), len(recs))) for p, recs in stream.items()}
+        chunk = data.draw(st.integers(1, 5))
+        if data.draw(st.booleans()):  # a re-delivery of what was sent before: kept once
+            deliver(stores, stream, {}, vector, chunk)
+        watermark = max(watermark, deliver(stores, stream, vector, nxt, chunk))
+        vector, epoch = nxt, epoch + 1
+        for s in stores:
+            s.apply(epoch, vector, watermark if math.isfinite(watermark) else 0.0)
+        want, w = reference(stream, vector, WINDOW)
+        assert w == watermark or not math.isfinite(w)
+        got = merge([s.snapshot() for s in stores])
+        assert got == want
+        if epoch == restored_at:  # a checkpoint here, and a restart from it
+            stores = [ShardStore.restore(s.state()) for s in stores]
+
+
+def test_late_transactions_never_enter_and_are_counted():
+    store = ShardStore(0, WINDOW)
+    router = Router(1)
+    router.add("p", 0, [EdgeUpdate("a", "b", "link", 1, 1, 20.0)])
+    router.add("p", 1, [EdgeUpdate("c", "d", "link", 1, 1, 14.0)])  # 20 - 5 < 14? no: late
+    router.add("p", 2, [EdgeUpdate("e", "f", "link", 1, 1, 15.5)])
+    router.stamp_times()
+    store.receive(router.take()[0])
+    summary, delta = store.apply(1, {"p": 3}, 20.0)
+    assert store.late == 1 and summary.late["p"].tolist() == [1]
+    assert set(store.snapshot()["edges"]) == {("a", "b", "link"), ("e", "f", "link")}
+
+
+def test_expired_edges_give_their_slots_to_new_edges_and_the_delta_says_so():
+    store = ShardStore(0, WINDOW)
+    router = Router(1)
+    router.add("p", 0, [EdgeUpdate("a", "b", "link", 1, 1, 1.0)])
+    router.stamp_times()
+    store.receive(router.take()[0])
+    _, d1 = store.apply(1, {"p": 1}, 1.0)
+    router.add("p", 1, [EdgeUpdate("c", "d", "link", 1, 1, 10.0)])
+    router.stamp_times()
+    store.receive(router.take()[0])
+    _, d2 = store.apply(2, {"p": 2}, 10.0)
+    # a->b left (1 <= 10 - 5) and gave slot 0 back; c->d took it in the same epoch.
+    assert d1.e_slot.tolist() == [0] and d2.e_slot.tolist() == [0]
+    names = store.vertices.names
+    assert (names[d2.e_src[0]], names[d2.e_dst[0]], int(d2.e_mult[0])) == ("c", "d", 1)
+    assert len(store.edges) == 1 and store.snapshot()["edges"] == {("c", "d", "link"): (1, 1)}
+
+
+def test_a_transaction_without_any_time_is_dropped_by_the_stamp_and_one_with_a_record_time_takes_it():
+    router = Router(2)
+    router.add("p", 0, [EdgeUpdate("a", "b", "link", 1, 1, 0.0)])
+    router.add("p", 1, [EdgeUpdate("c", "d", "link", 1, 1, 0.0), EdgeUpdate("c", "e", "link", 1, 1, 7.0)])
+    router.add("p", 2, [EdgeUpdate("x", "y", "link", 1, 1, 0.0)])
+    latest, dropped = router.stamp_times({"p": {2: 9.0}})
+    assert latest == {"p": 9.0} and dropped == {"p": [0]}
+    rows = [(b.names[s], float(t)) for b in router.take() for s, t in zip(b.e_src, b.e_ts)]
+    assert sorted(rows) == [("c", 7.0), ("c", 7.0), ("x", 9.0)]
+
+
+def test_time_log_expires_exactly_at_the_bound_and_finds_the_earliest_adds():
+    log = TimeLog(10.0)
+    rng = np.random.default_rng(3)
+    ts = rng.integers(0, 40, 500).astype(float)
+    key = rng.integers(0, 20, 500)
+    sign = rng.choice([-1, 1], 500)
+    log.add(ts, key, sign, sign * 3)
+    got = log.expire(12.0)
+    assert sorted(got[0].tolist()) == sorted(ts[ts <= 12.0].tolist()) and len(log) == int((ts > 12.0).sum())
+    left = ts > 12.0
+    want = [min([t for t, k, s in zip(ts[left], key[left], sign[left]) if k == q and s > 0], default=math.inf) for q in range(20)]
+    assert log.earliest_adds(np.arange(20)).tolist() == want
+    restored = TimeLog.restore(log.state())
+    assert restored.earliest_adds(np.arange(20)).tolist() == want and len(restored) == len(log)
+
+
+def test_an_epoch_log_whose_watermark_goes_back_is_not_one_history(tmp_path):
+    import pytest
+
+    from snapshots.epoch import Epoch, EpochLog
+    from snapshots.exceptions import EpochLogError
+
+    path = str(tmp_path / "epochs.log")
+    log = EpochLog(path)
+    log.append(Epoch(1, {"p": 3}, watermark=50.0))
+    log.append(Epoch(2, {"p": 5}, watermark=40.0))
+    log.close()
+    with pytest.raises(EpochLogError, match="line 2: the watermark goes back from 50.0 to 40.0"):
+        EpochLog.read(path)
