@@ -131,6 +131,26 @@ def test_a_vertex_new_in_the_epoch_enters_with_no_old_rank_and_has_not_moved():
     assert book.record(2)["alerts"][0]["message"] == "c entered the top 1 of pagerank: rank 1 (new vertex)"
 
 
+def test_with_a_window_a_vertex_that_left_it_leaves_the_top_and_has_not_moved():
+    store = ResultStore(retain=10)
+    book = AlertBook(store)
+    top = rule(book, kind="top_k", k=2)
+    move = rule(book, kind="rank_move", places=1)
+    a = result(1, {"pagerank": [0.5, 0.3, 0.2]}, {"pagerank": 1e-9})
+    a.present = np.array([True, True, True])
+    b = result(2, {"pagerank": [0.0, 0.3, 0.2]}, {"pagerank": 1e-9})
+    b.present, b.vertices = np.array([False, True, True]), 2  # a's edges all left the window
+    store.add([a], ["a", "b", "c"])
+    store.add([b], [])
+    got = seen(book, 2)
+    # b and c rose a place as a left; a itself did not move (it has no rank in the window now).
+    assert got == [
+        (top["id"], "entered", "c", 3, 2), (top["id"], "left", "a", 1, None),
+        (move["id"], "rose", "b", 2, 1), (move["id"], "rose", "c", 3, 2),
+    ]
+    assert book.record(2)["alerts"][1]["message"] == "a left the top 2 of pagerank: out of the window (was 1)"
+
+
 def test_a_rule_made_later_applies_from_the_epoch_after_the_newest_and_after_the_floor():
     store = filled(3)
     book = AlertBook(store)
