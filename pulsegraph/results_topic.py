@@ -373,8 +373,7 @@ class ResultPublisher:
         made from now on applies to later epochs only."""
         if self.alerts is None:
             return None
-        rec = self.alerts.record(epoch)
-        return encode(rec) if rec is not None else None
+        return self.alerts.record_json(epoch)
 
     def _publish_pending(self) -> None:
         while True:
