@@ -6,6 +6,7 @@ adds them); the rules go through the real app, and the stream through a real uvi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -21,7 +22,7 @@ from fastapi.testclient import TestClient
 from api import alerts as alerts_mod
 from api.alerts import AlertBook, evaluate
 from api.app import create_app
-from api.edge import server_config
+from api.edge import EdgeLimits, server_config
 from api.exceptions import AlertRulesError
 from api.store import ResultStore
 from tests.api.conftest import TOKEN, free_port
@@ -341,14 +342,9 @@ def test_pages_hold_whole_epochs_oldest_first():
 
 
 # -- the alert stream -------------------------------------------------------------------------------------------
-def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_alerts():
-    store = ResultStore(retain=10)
-    book = AlertBook(store)
-    rule(book, kind="top_k", k=2)
-    rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
-    app = create_app(store, alerts=book)
+@contextlib.contextmanager
+def serving(app):
+    """A real uvicorn server over ``app`` on a free loopback port, in a thread."""
     port = free_port()
     srv = uvicorn.Server(server_config(app, "127.0.0.1", port, log_level="warning", timeout_graceful_shutdown=1))
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -358,8 +354,22 @@ def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_aler
         assert time.monotonic() < deadline and thread.is_alive()
         time.sleep(0.05)
     try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_alerts():
+    store = ResultStore(retain=10)
+    book = AlertBook(store)
+    rule(book, kind="top_k", k=2)
+    rs = epochs()
+    store.add(rs[:1], NAMES)
+    store.add(rs[1:2], [])
+    with serving(create_app(store, alerts=book)) as base:
         frames: list[dict] = []
-        with httpx.stream("GET", f"http://127.0.0.1:{port}/v1/alerts/stream", params={"since": 0}, timeout=10) as r:
+        with httpx.stream("GET", f"{base}/v1/alerts/stream", params={"since": 0}, timeout=10) as r:
             assert r.status_code == 200
             ids = []
             for line in r.iter_lines():
@@ -376,11 +386,24 @@ def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_aler
             jsonschema.Draft202012Validator(SCHEMA).validate(f)
         assert frames[0] == book.record(3)
         # Resuming after the last event seen sends nothing twice: only what came after it.
-        with httpx.stream("GET", f"http://127.0.0.1:{port}/v1/alerts/stream", headers={"Last-Event-ID": "3"}, timeout=10) as r:
+        with httpx.stream("GET", f"{base}/v1/alerts/stream", headers={"Last-Event-ID": "3"}, timeout=10) as r:
             for line in r.iter_lines():
                 if line.startswith("id: "):
                     assert int(line[4:]) == 5
                     break
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
+
+
+def test_the_alert_stream_takes_a_slot_of_the_event_streams():
+    store = filled(3)
+    with serving(create_app(store, api_token=TOKEN, limits=EdgeLimits(max_streams=1))) as base:
+        with httpx.stream("GET", f"{base}/v1/stream", headers=AUTH, timeout=10) as held:
+            assert held.status_code == 200
+            refused = httpx.get(f"{base}/v1/alerts/stream", headers=AUTH, timeout=10)
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "too_many_streams"
+        deadline = time.monotonic() + 10
+        while True:  # the slot is given back once the server sees the first stream close
+            with httpx.stream("GET", f"{base}/v1/alerts/stream", headers=AUTH, timeout=10) as r:
+                if r.status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the slot was not given back"
+            time.sleep(0.1)
