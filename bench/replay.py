@@ -37,6 +37,7 @@ from bench.machine import describe as machine
 from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.stage import ComputeStage, SealedEpoch
+from snapshots.epoch import EpochInfo
 
 
 def rss_mb() -> float:
@@ -79,8 +80,8 @@ def record(args) -> int:
                     got += len(records)
                 vector[p.name] = p.position()
             deltas = [s.apply(e, vector)[1] for s in stores]
-            info = {"epoch": e, "vector": vector, "records": sum(vector.values()), "sealed_at": time.time(),
-                    "commit_ms": 0.0, "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+            info = EpochInfo(epoch=e, vector=vector, records=sum(vector.values()), sealed_at=time.time(),
+                    commit_ms=0.0, timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
             pickle.dump((info, deltas), f, protocol=5)
             print(f"\rrecorded epoch {e}/{epochs}  {sum(s.edges.live() for s in stores) / 1e6:.2f}M live edges"
                   f"  {(time.perf_counter() - t0):.0f} s", end="", file=sys.stderr)

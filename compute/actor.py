@@ -21,6 +21,7 @@ from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
+from snapshots.epoch import EpochInfo
 from snapshots.checkpoint import CheckpointStore, read_verified
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class ComputeActor:
             self._stage = ComputeStage.restored(saved, rank_types, rank, apps)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
 
-    def apply_epochs(self, infos: list[dict], *deltas) -> dict:
+    def apply_epochs(self, infos: list[EpochInfo], *deltas) -> dict:
         """Merge the sealed epochs ``infos`` (oldest first; ``deltas`` are theirs, epoch by epoch,
         ``len(deltas) // len(infos)`` each) and rank the newest."""
         per = len(deltas) // max(len(infos), 1)

@@ -31,13 +31,14 @@ from compute.engine import RankConfig, RankEngine
 from compute.graph import GlobalGraph
 from compute.results import EpochResult
 from snapshots.delta import EpochDelta
+from snapshots.epoch import EpochInfo
 
 
 @dataclass
 class SealedEpoch:
     """What the coordinator hands over for one sealed epoch: its facts and every shard's delta."""
 
-    info: dict
+    info: EpochInfo
     deltas: list[EpochDelta] = field(default_factory=list)
 
 
@@ -61,11 +62,11 @@ class ComputeStage:
         n_before = g.n
         t0 = time.perf_counter()
         for e in epochs:
-            if e.info["epoch"] <= self.epoch:
-                raise ValueError(f"epoch {e.info['epoch']} after epoch {self.epoch}")
-            self.epoch = e.info["epoch"]
+            if e.info.epoch <= self.epoch:
+                raise ValueError(f"epoch {e.info.epoch} after epoch {self.epoch}")
+            self.epoch = e.info.epoch
         # Window mode is announced by the epochs themselves (the coordinator's ``window``); absent: off.
-        g.set_windowed(epochs[-1].info.get("window") is not None)
+        g.set_windowed(epochs[-1].info.window is not None)
         changes, before = g.apply_epochs([e.deltas for e in epochs])
         merge_ms = (time.perf_counter() - t0) * 1000.0
         src, dst, dw = g.weight_differences(changes, before, self.rank_types)
@@ -77,17 +78,17 @@ class ComputeStage:
         newest = epochs[-1]
         full = any(e.deltas and all(d.full for d in e.deltas) for e in epochs)
         info = newest.info
-        apps = self.apps.run(g, info["epoch"], changes, before, full, scores, g.n - n_before)
+        apps = self.apps.run(g, info.epoch, changes, before, full, scores, g.n - n_before)
         out_deg, in_deg = g.degrees()
         return EpochResult(
-            epoch=info["epoch"],
-            vector=info["vector"],
-            records=info["records"],
+            epoch=info.epoch,
+            vector=info.vector,
+            records=info.records,
             vertices=g.present_count,
             edges=g.live_edges(),
-            committed_at=info["sealed_at"],
-            commit_ms=info["commit_ms"],
-            timeliness_ms=info["timeliness_ms"],
+            committed_at=info.sealed_at,
+            commit_ms=info.commit_ms,
+            timeliness_ms=info.timeliness_ms,
             scores=scores,
             out_degree=out_deg,
             in_degree=in_deg,
@@ -101,11 +102,11 @@ class ComputeStage:
             graph_ms=self.engine.graph_ms + publish_ms + merge_ms,
             apps=apps,
             apps_ms=dict(self.apps.ms),
-            skipped=[e.info["epoch"] for e in epochs[:-1]],
+            skipped=[e.info.epoch for e in epochs[:-1]],
             error_bounds=self.engine.error_bounds(scores),
-            window=info.get("window"),
-            watermark=info.get("watermark"),
-            late=sum(int(e.info.get("late") or 0) for e in epochs),
+            window=info.window,
+            watermark=info.watermark,
+            late=sum(e.info.late for e in epochs),
             present=None if present is None else present.copy(),
         )
 

@@ -29,7 +29,7 @@ import numpy as np
 import ray
 
 from snapshots.checkpoint import CheckpointStore
-from snapshots.epoch import Epoch, EpochLog, EpochStatus, now
+from snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
 from snapshots.recovery import RecoveryPlan
 
@@ -150,7 +150,7 @@ class EpochCoordinator:
                 log.exception("epoch failed; the coordinator stops cutting")
                 return
 
-    def cut(self) -> dict | None:
+    def cut(self) -> EpochInfo | None:
         """Cut, log, apply and seal one epoch now. Returns its info, or None when nothing new was delivered."""
         with self._cut_lock:
             if self._failed:
@@ -201,20 +201,13 @@ class EpochCoordinator:
             self._last = epoch
             self._recent.append(epoch)
             self._republish = False
-            info = {
-                "epoch": epoch.number,
-                "vector": dict(vector),
-                "records": records,
-                "cut_at": epoch.cut_at,
-                "sealed_at": epoch.sealed_at,
-                "commit_ms": (epoch.sealed_at - epoch.cut_at) * 1000.0,
-                "timeliness_ms": epoch.timeliness_ms,
-                "updates": sum(s.updates for s in summaries),
-                "live_edges": sum(s.live_edges for s in summaries),
-                "window": self._window,
-                "watermark": epoch.watermark,
-                "late": self._count_late(summaries),
-            }
+            info = EpochInfo(
+                epoch=epoch.number, vector=dict(vector), records=records, sealed_at=epoch.sealed_at,
+                commit_ms=(epoch.sealed_at - epoch.cut_at) * 1000.0, timeliness_ms=epoch.timeliness_ms,
+                cut_at=epoch.cut_at, updates=sum(s.updates for s in summaries),
+                live_edges=sum(s.live_edges for s in summaries), window=self._window, watermark=epoch.watermark,
+                late=self._count_late(summaries),
+            )
             checkpoint = None
             if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
                 # The shards write now, before they apply the next epoch; the consumer's part and
@@ -265,7 +258,7 @@ class EpochCoordinator:
             try:
                 self._hand_off(batch)
             except Exception as exc:  # noqa: BLE001 - the pipeline must not go on without this epoch
-                numbers = [info["epoch"] for info, _, _, _ in batch]
+                numbers = [info.epoch for info, _, _, _ in batch]
                 log.exception("the consumer failed on epochs %s", numbers)
                 self._failed = f"compute failed on epoch {numbers[-1]}: {type(exc).__name__}: {exc}"
                 with self._queued:

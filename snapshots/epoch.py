@@ -68,6 +68,24 @@ class Epoch:
 
 
 @dataclass(frozen=True)
+class EpochInfo:
+    """What the coordinator hands downstream for a sealed epoch (besides the shards' deltas)."""
+
+    epoch: int
+    vector: dict[str, int]
+    records: int
+    sealed_at: float
+    commit_ms: float = 0.0  # cut to seal
+    timeliness_ms: dict[str, float] = field(default_factory=dict)  # read to seal: p50, p99, max
+    cut_at: float = 0.0
+    updates: int = 0
+    live_edges: int = 0
+    window: float | None = None  # with a window: its length (s), W_e, and the epoch's late transactions
+    watermark: float | None = None
+    late: int = 0
+
+
+@dataclass(frozen=True)
 class LogEntry:
     """One line of the epoch log: what a re-cut after a crash needs to make the same epoch again."""
 

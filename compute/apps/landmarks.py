@@ -8,9 +8,15 @@ stays keeps its distances, a new one gets a fresh BFS.
 Distances are hop counts over every live edge, directed (``INF``: unreachable).
 Per epoch, with the pairs that appeared and went:
 
-* a gone pair (s, d) can only lengthen distances, and only for a landmark whose
-  BFS tree may have used it (``from[d] == from[s] + 1``, or ``to[s] == to[d] + 1``):
-  those landmark directions are recomputed by a fresh BFS on the new graph;
+* a gone pair (s, d) can only lengthen distances, and only where a shortest path
+  may have used it (``from[d] == from[s] + 1``, or ``to[s] == to[d] + 1``): such a
+  vertex keeps its distance if another vertex one hop nearer still leads to it;
+  the ones that do not (and, level by level, the ones that hung on them alone)
+  lose their distances and get them back by relaxing from the vertices around
+  them that kept theirs (:func:`repair`, in the manner of Ramalingam and Reps
+  1996). The work follows the region the deletions cut off, not the graph: on a
+  windowed graph edges expire every epoch, and a fresh BFS of every landmark
+  each epoch was most of the compute stage's time;
 * a new pair can only shorten distances: the others relax from its endpoint
   outwards, frontier by frontier, until nothing improves.
 
@@ -42,10 +48,23 @@ def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
     while len(frontier):
         level += 1
         nbrs, _ = adj.neighbors(frontier)
-        nbrs = np.unique(nbrs[dist[nbrs] == INF])
+        nbrs = nbrs[dist[nbrs] == INF]
         dist[nbrs] = level
-        frontier = nbrs
+        frontier = _distinct(nbrs, dist, level)
     return dist
+
+
+# A level with more candidate vertices than this share of the graph is read back from the distances (one
+# pass over n) instead of sorted (m log m): on a live feed's graph, whose edges expire and come every epoch,
+# the landmarks' BFS runs every epoch, and sorting its big levels was most of an epoch's time.
+_SCAN_SHARE = 1 / 32
+
+
+def _distinct(vertices: np.ndarray, dist: np.ndarray, level: int) -> np.ndarray:
+    """The distinct ``vertices``, all just set to ``dist == level`` (sorted)."""
+    if len(vertices) > _SCAN_SHARE * len(dist):
+        return np.flatnonzero(dist == level)
+    return np.unique(vertices)
 
 
 def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
@@ -65,6 +84,54 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
         nbrs, cand = nbrs[improves], cand[improves]
         np.minimum.at(dist, nbrs, cand.astype(np.int32))
         frontier = np.unique(nbrs)
+
+
+def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray) -> int:
+    """Fix ``dist`` (hops along ``fwd``, as before some pairs were deleted) in place for the graph as it
+    is now. ``suspects``: the vertices that lost a pair from a vertex one hop nearer; ``back`` reads a
+    vertex's predecessors along ``fwd``. Returns how many vertices lost their distance and were re-derived.
+
+    Levels are settled nearest first, so a vertex's predecessors one hop nearer are final when it is
+    looked at: it keeps its distance exactly when one of them kept its own (by induction on the
+    distance, every vertex that kept a supporting predecessor is still at its old distance)."""
+    cand = np.unique(suspects)
+    cand = cand[(dist[cand] > 0) & (dist[cand] < INF)]  # the landmark itself and the unreachable never lose
+    if not len(cand):
+        return 0
+    detached = np.zeros(len(dist), dtype=bool)
+    pending: dict[int, list[np.ndarray]] = {}
+    for level in np.unique(dist[cand]).tolist():
+        pending[level] = [cand[dist[cand] == level]]
+    lost_all = []
+    while pending:
+        level = min(pending)
+        c = np.unique(np.concatenate(pending.pop(level)))
+        c = c[~detached[c]]
+        if not len(c):
+            continue
+        preds, owner = back.neighbors(c)
+        ok = (dist[preds] == level - 1) & ~detached[preds]
+        supported = np.zeros(len(c), dtype=bool)
+        supported[owner[ok]] = True
+        lost = c[~supported]
+        if not len(lost):
+            continue
+        detached[lost] = True
+        lost_all.append(lost)
+        children, _ = fwd.neighbors(lost)
+        children = children[(dist[children] == level + 1) & ~detached[children]]
+        if len(children):
+            pending.setdefault(level + 1, []).append(children)
+    if not lost_all:
+        return 0
+    gone = np.concatenate(lost_all)
+    dist[gone] = INF
+    # Back from the vertices around the cut-off region that kept their distances.
+    preds, owner = back.neighbors(gone)
+    ok = dist[preds] < INF
+    if ok.any():
+        relax(fwd, dist, gone[owner[ok]], dist[preds[ok]] + 1)
+    return len(gone)
 
 
 def _buffer(rows: int, n: int) -> np.ndarray:
@@ -109,6 +176,7 @@ class Landmarks(Application):
         self.drift = drift
         self.score = score
         self.bfs_runs = 0  # for tests: how many landmark directions were recomputed from scratch
+        self.repaired = 0  # for tests and benchmarks: vertices whose distance a deletion took and repair re-derived
 
     def choose(self, graph: AppGraph) -> np.ndarray:
         """The top ``count`` vertices by the score, ties by id (those with no edge at all are no use)."""
@@ -171,15 +239,11 @@ class Landmarks(Application):
             if fresh[j]:
                 continue
             df, dt = dist_from[j], dist_to[j]
-            if len(ds) and bool(np.any((df[ds] < INF) & (df[dd] == df[ds] + 1))):
-                self.bfs_runs += 1
-                dist_from[j] = bfs(graph.out, l, n)
-            elif len(is_):
+            if len(ds):
+                self.repaired += repair(graph.out, graph.inn, df, dd[(df[ds] < INF) & (df[dd] == df[ds] + 1)])
+                self.repaired += repair(graph.inn, graph.out, dt, ds[(dt[dd] < INF) & (dt[ds] == dt[dd] + 1)])
+            if len(is_):
                 relax(graph.out, df, id_, df[is_] + 1)
-            if len(ds) and bool(np.any((dt[dd] < INF) & (dt[ds] == dt[dd] + 1))):
-                self.bfs_runs += 1
-                dist_to[j] = bfs(graph.inn, l, n)
-            elif len(is_):
                 relax(graph.inn, dt, is_, dt[id_] + 1)
         state.rechosen = rechosen
         return state

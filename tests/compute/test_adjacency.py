@@ -22,6 +22,7 @@ from ingest.batch import Router
 from snapshots.store import ShardStore
 from tests.compute.appgraph import Stream
 from tests.compute.test_apps import random_tweet_epochs
+from snapshots.epoch import EpochInfo
 
 # (compact_fraction, compact_min): rebuild after every change, now and then, never.
 COMPACTIONS = [(0.0, 0), (0.2, 6), (1e9, 10**9)]
@@ -257,7 +258,7 @@ def test_tweet_applications_on_the_kept_adjacency_equal_the_rebuild_path(seed):
     other = ComputeStage(("mentions",), apps=AppConfig(rebuild_every_epoch=True))
     for e in sealed(seed, epochs=14):
         a, b = one.apply([e]), other.apply([e])
-        assert comparable(a.apps) == comparable(b.apps), e.info["epoch"]
+        assert comparable(a.apps) == comparable(b.apps), e.info.epoch
     assert len(a.apps["topics"]["tags"]) > 0
 
 
@@ -280,8 +281,8 @@ def sealed(seed: int, epochs: int = 14, shards: int = 3, restore_at: int | None 
 
 
 def info(e: int, offset: int) -> dict:
-    return {"epoch": e, "vector": {"p": offset}, "records": offset, "sealed_at": float(e), "commit_ms": 0.0,
-            "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+    return EpochInfo(epoch=e, vector={"p": offset}, records=offset, sealed_at=float(e), commit_ms=0.0,
+            timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -295,7 +296,7 @@ def test_a_restored_stage_rebuilds_its_adjacency_and_goes_on_as_before(seed):
     stopped = ComputeStage(("mentions",), apps=AppConfig(compact_fraction=0.2, compact_min=6))
     for plain, e in zip(sealed(seed), sealed(seed, restore_at=restore_at)):
         want = never.apply([plain])
-        n = e.info["epoch"]
+        n = e.info.epoch
         if n <= restore_at:
             stopped.apply([e])
             if n == restore_at:

@@ -360,3 +360,35 @@ def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chun
         assert published(g.names, out) == expected(model, True)
     assert any(r[0] for _, _, r, _ in model.topics(True).values())  # exposures happened
     assert any(a[1:] != [0] * 7 for _, _, _, a in model.topics(True).values())  # some adopted after 2+ exposures
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
+    """The landmarks' decremental step alone: many pairs gone at once (as a window expires them),
+    chains and single-parent leaves among them, against a BFS of the graph that is left."""
+    import scipy.sparse as sp
+
+    from compute.apps.base import CSR, INF
+    from compute.apps.landmarks import bfs, repair
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    pairs = {(int(a), int(b)) for a, b in rng.integers(0, n, (900, 2)) if a != b}
+    pairs |= {(i, i + 1) for i in range(0, 60)}  # a long chain: a cut deep in it detaches its whole tail
+
+    def adj(ps):
+        s, d = (np.array(x, dtype=np.int64) for x in zip(*ps)) if ps else (np.zeros(0, np.int64),) * 2
+        a = sp.csr_matrix((np.ones(len(s)), (s, d)), shape=(n, n))
+        t = a.T.tocsr()
+        return CSR(a.indptr.astype(np.int64), a.indices.astype(np.int64)), CSR(t.indptr.astype(np.int64), t.indices.astype(np.int64))
+
+    out, inn = adj(sorted(pairs))
+    dist = bfs(out, 0, n)
+    gone = {p for p in pairs if rng.random() < 0.3} | {(30, 31)}
+    left = sorted(pairs - gone)
+    out2, inn2 = adj(left)
+    ds, dd = (np.array(x, dtype=np.int64) for x in zip(*sorted(gone)))
+    repaired = dist.copy()
+    n_lost = repair(out2, inn2, repaired, dd[(dist[ds] < INF) & (dist[dd] == dist[ds] + 1)])
+    assert np.array_equal(repaired, bfs(out2, 0, n))
+    assert 0 < n_lost < n

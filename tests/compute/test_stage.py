@@ -17,6 +17,7 @@ from compute.stage import ComputeStage, SealedEpoch
 from ingest.batch import Router
 from snapshots.store import ShardStore
 from tests.compute.test_apps import random_tweet_epochs
+from snapshots.epoch import EpochInfo
 
 
 def sealed(seed: int, shards: int = 3) -> list[SealedEpoch]:
@@ -27,8 +28,8 @@ def sealed(seed: int, shards: int = 3) -> list[SealedEpoch]:
             offset += 1
         for store, b in zip(stores, router.take()):
             store.receive(b)
-        info = {"epoch": e, "vector": {"p": offset}, "records": offset, "sealed_at": float(e), "commit_ms": 0.0,
-                "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+        info = EpochInfo(epoch=e, vector={"p": offset}, records=offset, sealed_at=float(e), commit_ms=0.0,
+                timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
         out.append(SealedEpoch(info, [s.apply(e, {"p": offset})[1] for s in stores]))
     return out
 
@@ -46,7 +47,7 @@ def published(r) -> dict:
 def test_merged_epochs_rank_as_the_newest_and_say_which_they_merged(seed):
     epochs = sealed(seed)
     one = ComputeStage(("mentions",))
-    each = {e.info["epoch"]: one.apply([e]) for e in epochs}
+    each = {e.info.epoch: one.apply([e]) for e in epochs}
     many = ComputeStage(("mentions",))
     sizes = [1, 3, 2, 4, 1, 3]
     at = 0
@@ -54,9 +55,9 @@ def test_merged_epochs_rank_as_the_newest_and_say_which_they_merged(seed):
         batch = epochs[at : at + size]
         at += size
         r = many.apply(batch)
-        newest = batch[-1].info["epoch"]
-        assert r.epoch == newest and r.vector == batch[-1].info["vector"] and r.records == batch[-1].info["records"]
-        assert r.skipped == [e.info["epoch"] for e in batch[:-1]]
+        newest = batch[-1].info.epoch
+        assert r.epoch == newest and r.vector == batch[-1].info.vector and r.records == batch[-1].info.records
+        assert r.skipped == [e.info.epoch for e in batch[:-1]]
         want = each[newest]
         assert published(r) == published(want)
         for algo, s in want.scores.items():

@@ -13,6 +13,8 @@ edge changes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -27,6 +29,7 @@ from compute.tunkrank import tunkrank_reference
 from snapshots.delta import EpochDelta
 from tests.compute.test_adjacency import TYPES, held, held_typed
 from tests.compute.test_stage import published
+from snapshots.epoch import EpochInfo
 
 RANKED = ("mentions", "replies")
 WINDOW = 60.0
@@ -168,9 +171,9 @@ def window_epochs(seed: int, epochs: int = 24, n: int = 18):
             else:
                 s, d = (f"v{int(x)}" for x in rng.integers(0, n, 2))
                 model.add((s, d, TYPES[int(rng.integers(3))]), int(rng.integers(1, 4)) * UNIT, ts)
-        info = {"epoch": e, "vector": {"p": e}, "records": e, "sealed_at": float(e), "commit_ms": 0.0,
-                "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0},
-                "window": WINDOW, "watermark": ts, "late": int(rng.integers(0, 3))}
+        info = EpochInfo(epoch=e, vector={"p": e}, records=e, sealed_at=float(e), commit_ms=0.0,
+                timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0},
+                window=WINDOW, watermark=ts, late=int(rng.integers(0, 3)))
         yield model, SealedEpoch(info, model.deltas(e))
 
 
@@ -234,8 +237,8 @@ def test_window_epochs_match_the_present_subgraph_one_by_one_and_merged(seed):
     for model, sealed_epoch in window_epochs(seed):
         r = one.apply([sealed_epoch])
         check_against(model, one, r)
-        assert (r.window, r.watermark, r.late) == (WINDOW, sealed_epoch.info["watermark"], sealed_epoch.info["late"])
-        assert r.info()["window"] == WINDOW and r.info()["watermark"] == sealed_epoch.info["watermark"]
+        assert (r.window, r.watermark, r.late) == (WINDOW, sealed_epoch.info.watermark, sealed_epoch.info.late)
+        assert r.info()["window"] == WINDOW and r.info()["watermark"] == sealed_epoch.info.watermark
         now = model.present()
         ever_absent |= was_present - now
         left_and_came_back += len(ever_absent & (now - was_present))
@@ -250,11 +253,11 @@ def test_window_epochs_match_the_present_subgraph_one_by_one_and_merged(seed):
         assert got == {(*k, m, w) for k, (m, w) in model.live().items()}
         # Every second pair of epochs merged into one batch: slots freed in the first and reused in the second.
         batch.append(sealed_epoch)
-        if sealed_epoch.info["epoch"] % 4 in (0, 1):
+        if sealed_epoch.info.epoch % 4 in (0, 1):
             m = many.apply(batch)
             b = rebuilt.apply(batch)
-            assert m.skipped == [e.info["epoch"] for e in batch[:-1]]
-            assert m.late == sum(e.info["late"] for e in batch)  # the late events of the merged epochs too
+            assert m.skipped == [e.info.epoch for e in batch[:-1]]
+            assert m.late == sum(e.info.late for e in batch)  # the late events of the merged epochs too
             batch = []
             check_against(model, many, m)
             assert published(m) == published(r) == published(b)
@@ -316,21 +319,21 @@ def test_attributes_keep_a_vertex_present_until_they_expire():
     model = WindowShards(shards=1)
     model.set_attrs("v5", b'{"kind":"user"}')
     stage = ComputeStage(RANKED)
-    info = {"epoch": 1, "vector": {"p": 1}, "records": 1, "sealed_at": 1.0, "commit_ms": 0.0,
-            "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}, "window": WINDOW, "watermark": 10.0, "late": 0}
+    info = EpochInfo(epoch=1, vector={"p": 1}, records=1, sealed_at=1.0, commit_ms=0.0,
+            timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0}, window=WINDOW, watermark=10.0, late=0)
     r = stage.apply([SealedEpoch(info, model.deltas(1))])
     assert r.vertices == 1 and r.present.tolist() == [True]
     assert r.scores["pagerank"].tolist() == [1.0]  # alone in the snapshot: all the rank
     model.set_attrs("v5", b"null")
     model.add(("v1", "v2", "mentions"), UNIT, 11.0)
-    r = stage.apply([SealedEpoch({**info, "epoch": 2, "vector": {"p": 2}, "watermark": 11.0}, model.deltas(2))])
+    r = stage.apply([SealedEpoch(dataclasses.replace(info, epoch=2, vector={"p": 2}, watermark=11.0), model.deltas(2))])
     names = stage.graph.names
     assert r.vertices == 2 and {names[i] for i in np.flatnonzero(r.present)} == {"v1", "v2"}
     assert r.scores["pagerank"][names.index("v5")] == 0.0
     assert abs(r.scores["pagerank"].sum() - 1.0) < 1e-9
     # Everyone leaves: nothing is present, every score is exactly 0, and nothing fails to converge.
     model.expire(("v1", "v2", "mentions"), whole=True, first=np.inf)
-    r = stage.apply([SealedEpoch({**info, "epoch": 3, "vector": {"p": 3}, "watermark": 99.0}, model.deltas(3))])
+    r = stage.apply([SealedEpoch(dataclasses.replace(info, epoch=3, vector={"p": 3}, watermark=99.0), model.deltas(3))])
     assert r.vertices == 0 and r.edges == 0
     assert not r.scores["pagerank"].any() and not r.scores["tunkrank"].any()
     assert r.apps["components"]["count"] == 0
@@ -339,12 +342,12 @@ def test_attributes_keep_a_vertex_present_until_they_expire():
 def test_without_a_window_every_vertex_stays_and_the_epoch_says_so():
     model = WindowShards(shards=1)
     model.add(("v0", "v1", "mentions"), UNIT, 1.0)
-    info = {"epoch": 1, "vector": {"p": 1}, "records": 1, "sealed_at": 1.0, "commit_ms": 0.0,
-            "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}}
+    info = EpochInfo(epoch=1, vector={"p": 1}, records=1, sealed_at=1.0, commit_ms=0.0,
+            timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
     stage = ComputeStage(RANKED)
     stage.apply([SealedEpoch(info, model.deltas(1))])
     model.remove(("v0", "v1", "mentions"), UNIT)
-    r = stage.apply([SealedEpoch({**info, "epoch": 2}, model.deltas(2))])
+    r = stage.apply([SealedEpoch(dataclasses.replace(info, epoch=2), model.deltas(2))])
     assert r.vertices == 2 and r.present is None and r.edges == 0
     assert (r.window, r.watermark, r.late) == (None, None, 0)
     assert r.info()["window"] is None and r.info()["watermark"] is None
@@ -437,8 +440,8 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
             store.receive(b)
         applied = [s.apply(e, {"p": offset}, watermark) for s in stores]
         late = len({int(o) for summary, _ in applied for o in summary.late.get("p", [])})
-        info = {"epoch": e, "vector": {"p": offset}, "records": offset, "sealed_at": float(e), "commit_ms": 0.0,
-                "timeliness_ms": {"p50": 0.0, "p99": 0.0, "max": 0.0}, "window": window, "watermark": watermark, "late": late}
+        info = EpochInfo(epoch=e, vector={"p": offset}, records=offset, sealed_at=float(e), commit_ms=0.0,
+                timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0}, window=window, watermark=watermark, late=late)
         yield merge([s.snapshot() for s in stores]), SealedEpoch(info, [d for _, d in applied])
 
 
@@ -453,7 +456,7 @@ def test_real_windowed_shards_rank_as_their_window(seed):
     batch: list[SealedEpoch] = []
     expired = late = counted = 0
     for snap, sealed_epoch in shard_window_epochs(seed):
-        late += sealed_epoch.info["late"]
+        late += sealed_epoch.info.late
         batch.append(sealed_epoch)
         stages = [(one, one.apply([sealed_epoch]))]
         counted += stages[0][1].late
@@ -467,7 +470,7 @@ def test_real_windowed_shards_rank_as_their_window(seed):
             expired += sum(1 for se in g._shards.values() for m, w in zip(se.mult.view, se.weight.view) if m == w == 0)
             assert g.snapshot() == snap  # edge for edge, first add times and attributes too
             assert r.vertices == len(present) and {g.names[i] for i in np.flatnonzero(r.present)} == present
-            assert r.edges == len(live) and r.watermark == sealed_epoch.info["watermark"]
+            assert r.edges == len(live) and r.watermark == sealed_epoch.info.watermark
             weights: dict[tuple[str, str], float] = {}
             for (s, d, t), (_, w) in live.items():
                 if t in ranked and w > 0:

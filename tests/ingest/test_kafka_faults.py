@@ -97,7 +97,9 @@ def assert_one_history(data_dir) -> None:
         assert all(b.vector.get(p, 0) >= o for p, o in a.vector.items())
 
 
-def test_sigkill_five_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
+# Three kills, not more: each restart of the whole service (Ray included) takes 20-50 s on two cores,
+# and the chaos test (tests/ingest/test_chaos.py) and the results-topic test SIGKILL it too.
+def test_sigkill_three_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
     topic = kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=10, partitions=4))  # the topic exists before the service starts
     producer = threading.Thread(
@@ -110,7 +112,7 @@ def test_sigkill_five_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_bro
     producer.start()
     epochs_seen = []
     try:
-        for _ in range(5):
+        for _ in range(3):
             e = svc.wait_for(lambda e: True, timeout=120)
             time.sleep(rng.uniform(0.3, 2.0))
             epochs_seen.append(e["epoch"])

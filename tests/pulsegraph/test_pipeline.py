@@ -121,8 +121,8 @@ def test_a_tweet_is_never_half_visible_in_a_sealed_epoch(ray_cluster, tmp_path):
             if info is None:
                 continue
             ray.get(coord.flush.remote())
-            assert ray.get(compute.snapshot.remote()) == reference(records, info["vector"], "tweets")
-            seen.append(info["vector"]["file:0"])
+            assert ray.get(compute.snapshot.remote()) == reference(records, info.vector, "tweets")
+            seen.append(info.vector["file:0"])
             if seen[-1] == len(lines):
                 break
     finally:

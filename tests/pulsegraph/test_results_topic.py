@@ -190,7 +190,7 @@ def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_l
     svc.start()
     producer.start()
     try:
-        for _ in range(3):
+        for _ in range(2):
             svc.wait_for(lambda e: True, timeout=120)
             time.sleep(rng.uniform(0.5, 2.5))
             svc.kill()

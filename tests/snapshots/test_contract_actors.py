@@ -65,12 +65,12 @@ def test_every_sealed_epoch_equals_the_reference(ray_cluster, tmp_path_factory, 
         info = h.cut()
         if info is None:
             return
-        vectors.append(info["vector"])
-        want = reference(stream, info["vector"], "multi")
+        vectors.append(info.vector)
+        want = reference(stream, info.vector, "multi")
         shards, computed = h.graphs()
         assert shards == want
         assert computed == want
-        assert info["records"] == sum(info["vector"].values())
+        assert info.records == sum(info.vector.values())
 
     try:
         for step in schedule:
