@@ -13,6 +13,7 @@ and are off (403) when none is configured, unless anonymous writes were asked fo
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,15 +21,18 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import compile_path
 from starlette.staticfiles import StaticFiles
 
 from api import queries
+from api.alerts import AlertBook
 from api.deps import JSON, Auth, Context, error, errors, require_read
 from api.edge import Edge, EdgeLimits
 from api.exceptions import ApiError
 from api.metrics import Metrics, TimingMiddleware
 from api.paths import DEFAULT_PATH_BFS_BUDGET
 from api.routes import (
+    alerts as alert_routes,
     components,
     epochs,
     events,
@@ -46,6 +50,19 @@ from api.routes import status as status_routes
 from api.store import EpochView, ResultStore
 from api.stream import Broadcaster, sse_frame
 
+log = logging.getLogger(__name__)
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method the app's OpenAPI documents at the request's path (compiled once, at the first 405)."""
+    table = getattr(app.state, "methods_by_path", None)
+    if table is None:
+        table = app.state.methods_by_path = [
+            (compile_path(path)[0], {m.upper() for m in ops if m != "parameters"}) for path, ops in app.openapi()["paths"].items()
+        ]
+    path = request.url.path
+    return sorted(set().union(*(methods for regex, methods in table if regex.match(path))))
+
+
 def create_app(
     store: ResultStore,
     status: Callable[[], dict] | None = None,
@@ -58,6 +75,7 @@ def create_app(
     cors_origins: tuple[str, ...] | list[str] = (),
     path_bfs_budget: int = DEFAULT_PATH_BFS_BUDGET,
     limits: EdgeLimits | None = None,
+    alerts: AlertBook | None = None,
 ) -> FastAPI:
     """The app over ``store``.
 
@@ -69,15 +87,22 @@ def create_app(
     """
     limits = limits or EdgeLimits()
     broadcaster = Broadcaster(limits.max_streams)
+    book = alerts if alerts is not None else AlertBook(store)
     ctx = Context(
         store=store, auth=Auth(api_token, allow_anonymous_writes, protect_reads), limits=limits, edge=Edge(limits),
         broadcaster=broadcaster, metrics=Metrics(store, status, broadcaster), status=status, events_sink=events_sink,
         event_transform=event_transform, path_bfs_budget=path_bfs_budget,
         writes={"in_flight": 0, "max": limits.max_concurrent_writes, "refused": 0},
+        alerts=book,
     )
 
     def on_epoch(view: EpochView) -> None:
         ctx.metrics.on_epoch(view)
+        # Evaluated here, on the feed thread, before the streams wake: a stream reads them from the book.
+        try:
+            book.catch_up()
+        except Exception:  # noqa: BLE001 - a rule's fault must not stop the epoch stream; readers evaluate again
+            log.exception("alert evaluation failed")
         broadcaster.publish(sse_frame(view.result.epoch, view.info_json))
 
     @contextlib.asynccontextmanager
@@ -105,7 +130,7 @@ def create_app(
     app.add_middleware(vertices.VertexPaths)
     if not ctx.auth.protect_reads:
         app.add_middleware(rank.FastTop, answer=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True))
-    app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream",))
+    app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -127,9 +152,16 @@ def create_app(
         return error(422, "invalid_request", "; ".join(parts) or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSON:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only; a path served by routes of
+            # two routers (reads and writes of /v1/alerts/rules) must name them all.
+            methods = allowed_methods(app, request)
+            if methods:  # an undocumented path (the static files) keeps Starlette's answer
+                headers = {**(headers or {}), "Allow": ", ".join(methods)}
+        return error(exc.status_code, code, str(exc.detail), headers)
 
     for router in (pages.router, health.router):
         app.include_router(router)
@@ -138,9 +170,10 @@ def create_app(
     app.mount(pages.DOCS_ASSETS_URL, StaticFiles(directory=str(pages.DOCS_ASSETS)), name="docs-assets")
     # Only when reads are protected do read routes carry the check (and its cost on the hot path).
     protected = ctx.auth.protect_reads
-    for router in (rank.router, epochs.router, vertices.router, components.router, topics.router, trends.router,
+    for router in (rank.router, epochs.router, alert_routes.router, vertices.router, components.router, topics.router, trends.router,
                    paths.router, search.router, stream.router, status_routes.router):
         app.include_router(router, dependencies=[Depends(require_read)] if protected else [],
                            responses=errors(401, 403) if protected else {})
     app.include_router(events.router)
+    app.include_router(alert_routes.writes)
     return app

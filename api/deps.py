@@ -18,6 +18,7 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.alerts import AlertBook
 from api.edge import Edge, EdgeLimits
 from api.exceptions import Forbidden, Unauthorized
 from api.metrics import Metrics
@@ -104,6 +105,7 @@ class Context:
     event_transform: Callable[[bytes], Any] | None = None
     path_bfs_budget: int = DEFAULT_PATH_BFS_BUDGET
     writes: dict = field(default_factory=dict)  # in_flight, max, refused
+    alerts: AlertBook | None = None  # the rules and the retained epochs' alerts (create_app always sets one)
 
 
 def context(request: Request) -> Context:

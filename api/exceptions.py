@@ -51,3 +51,14 @@ class Unavailable(ApiError):
 
     status = 503
     code = "unavailable"
+
+
+class Conflict(ApiError):
+    """The request is well formed but the server's state refuses it (a bound already reached)."""
+
+    status = 409
+    code = "conflict"
+
+
+class AlertRulesError(PulsegraphError):
+    """The alert rules file cannot be read or written."""

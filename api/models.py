@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, Union, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 # The rankings the compute stage publishes (compute.engine.RankEngine); a test keeps the two in step.
 Algorithm = Literal["pagerank", "tunkrank"]
@@ -227,3 +227,98 @@ class ErrorBody(BaseModel):
 
 class Error(BaseModel):
     error: ErrorBody
+
+
+# -- alerts (issue 13) --------------------------------------------------------------------------------
+# Every constraint of a rule is in its schema (types, bounds, no unknown fields): a rule the schema allows
+# is never refused, one it forbids is a 422 with the error body. A vertex or topic that does not exist
+# (yet) is allowed: the rule fires once it does.
+MAX_NAME = 256  # as the ingest's ids (characters here: a longer UTF-8 id simply never matches)
+MAX_RANK = 1000  # the top of each ranking the store keeps per epoch (api.store.TOP_CACHE)
+MAX_COUNT = 2**31 - 1
+Direction = Literal["up", "down", "both"]
+
+
+def _whole(value: object) -> object:
+    """JSON Schema's integer includes 5.0: a whole float is that integer (strict refuses "5" and true still)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeInt = Annotated[int, BeforeValidator(_whole)]
+
+
+class _Rule(BaseModel):
+    # Strict: `false` is not 0, "5" is not 5; a rule says what it means or is refused.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str | None = Field(None, max_length=100, description="a label for people; alerts name the rule by its id")
+
+
+class TopKRule(_Rule):
+    kind: Literal["top_k"] = Field(description="a vertex enters or leaves the top k of a ranking")
+    algo: Algorithm = "pagerank"
+    k: WholeInt = Field(ge=1, le=MAX_RANK)
+    on: Literal["enter", "leave", "both"] = "both"
+    vertex: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this vertex only (default: any)")
+
+
+class RankMoveRule(_Rule):
+    kind: Literal["rank_move"] = Field(description="a vertex's rank moves by at least `places` between consecutive ranked epochs")
+    algo: Algorithm = "pagerank"
+    places: WholeInt = Field(ge=1, le=MAX_COUNT)
+    direction: Direction = Field("both", description="up: rose (a smaller rank number), down: fell")
+    vertex: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this vertex only, at any rank")
+    within: WholeInt = Field(
+        100, ge=1, le=MAX_RANK,
+        description="without `vertex`: the vertices ranked within the top `within` of either epoch (held in both)",
+    )
+
+
+class ComponentSizeRule(_Rule):
+    kind: Literal["component_size"] = Field(
+        description="a weakly connected component reaches `size` vertices (a component is named by its representative, its vertex with the smallest internal id)",
+    )
+    size: WholeInt = Field(ge=2, le=MAX_COUNT)
+
+
+class TopicPersistenceRule(_Rule):
+    kind: Literal["topic_persistence"] = Field(description="a hashtag's persistence (K-exposure F) crosses `value`")
+    value: float = Field(ge=0, le=1)
+    direction: Direction = Field("up", description="up: rises to `value` or above (a new topic too), down: falls below it")
+    topic: str | None = Field(None, min_length=1, max_length=MAX_NAME, description="watch this hashtag only, e.g. #ai (default: any)")
+    min_users: WholeInt = Field(1, ge=1, le=MAX_COUNT, description="only topics tagged by at least this many users in the newer epoch")
+
+
+RuleSpec = Annotated[Union[TopKRule, RankMoveRule, ComponentSizeRule, TopicPersistenceRule], Field(discriminator="kind")]
+
+
+class AlertRule(BaseModel):
+    id: int = Field(description="never reused, also after a delete")
+    since_epoch: int = Field(description="the first epoch the rule is evaluated on: the one after the newest when it was made")
+    created_at: str
+    rule: RuleSpec
+
+
+class AlertRules(BaseModel):
+    max: int = Field(description="the most rules the server keeps")
+    items: list[AlertRule] = Field(description="oldest first")
+
+
+class Alert(BaseModel):
+    rule: int = Field(description="the id of the rule that fired")
+    kind: str
+    epoch: int = Field(description="the ranked epoch it fired on")
+    previous_epoch: int = Field(description="the ranked epoch before, which it compared with")
+    event: Literal["entered", "left", "rose", "fell", "reached", "rose_above", "fell_below"]
+    subject: str = Field(description="the vertex (top_k, rank_move), the component's representative vertex, or the hashtag")
+    algo: str | None = Field(description="the ranking, for top_k and rank_move")
+    old: float | None = Field(description="rank, size or persistence in previous_epoch (null: it had none)")
+    new: float | None = Field(description="rank, size or persistence in epoch")
+    message: str
+
+
+class AlertPage(BaseModel):
+    items: list[Alert] = Field(description="oldest first, in the order of their rules")
+    through: int | None = Field(description="the newest epoch this page covers; pass it as `since` for the next page")
+    more: bool = Field(description="epochs after `through` hold alerts not in this page")
+    dropped: int = Field(description="alerts of these epochs past the per-rule and per-epoch bounds, not listed")

@@ -38,6 +38,11 @@ def sse_frame(epoch: int, data: bytes) -> bytes:
     return b"id: %d\ndata: %s\n\n" % (epoch, data)
 
 
+def is_end(frame: bytes) -> bool:
+    """Whether a frame taken from a queue is the one that ends the stream (the server is going away)."""
+    return frame is _END
+
+
 class Broadcaster:
     def __init__(self, max_clients: int = MAX_CLIENTS) -> None:
         self.max_clients = max_clients

@@ -25,6 +25,11 @@ first solve within twice the stated bound (scores are written to the digits the
 bound leaves meaningful). On each start the re-cut of the last committed epoch,
 when the service holds it, is compared with the committed record, and /health
 says how it compared (``results.recut``).
+
+Alerts (:mod:`api.alerts`) go to ``T.alerts`` (one partition too): for every epoch record of T, one
+record in T.alerts with the same key, the epoch's alerts as one JSON object
+(``docs/alerts.schema.json``), produced in the same transaction, so a ``read_committed`` consumer
+sees an epoch's alerts exactly when, and as often as, it sees the epoch: once.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from api.alerts import AlertBook
 from api.exceptions import NotFound
 from api.store import EpochView, ResultStore, certified_ranks, held_in_both, mover_items
 from pulsegraph.errors import ResultsError
@@ -159,8 +165,14 @@ class _Fenced(Exception):
 class ResultPublisher:
     """Publishes every epoch the store holds above the topic's last committed one, in order, in transactions."""
 
-    def __init__(self, store: ResultStore, bootstrap: str, topic: str, transactional_id: str, k: int = 100) -> None:
+    def __init__(
+        self, store: ResultStore, bootstrap: str, topic: str, transactional_id: str, k: int = 100,
+        alerts: AlertBook | None = None,
+    ) -> None:
         self.store = store
+        self.alerts = alerts
+        # The epochs' alerts, one record per epoch record, in the same transactions.
+        self.alerts_topic = f"{topic}.alerts" if alerts is not None else None
         self.bootstrap = bootstrap
         self.topic = topic
         self.transactional_id = transactional_id
@@ -203,6 +215,7 @@ class ResultPublisher:
             pending = sum(1 for e in self._pending if self.last_committed is None or e > self.last_committed)
         return {
             "topic": self.topic,
+            "alerts_topic": self.alerts_topic,
             "state": self.state,
             "last_committed": self.last_committed,
             "published": self.published,
@@ -301,23 +314,27 @@ class ResultPublisher:
         log.info("results topic %s: last committed epoch %d; publishing the epochs after it", self.topic, self.last_committed)
 
     def _ensure_topic(self) -> None:
-        """The topic, created with one partition (one order of epochs) if it does not exist."""
+        """The topics (results, and alerts when there is a book), each created with one partition (one
+        order of epochs) if it does not exist."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         meta = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
-        found = meta.topics.get(self.topic)
-        if found is not None and found.error is None:
-            if len(found.partitions) != 1:
-                log.warning("results topic %s has %d partitions; records go to partition 0 only", self.topic, len(found.partitions))
-            return
-        futures = admin.create_topics([NewTopic(self.topic, num_partitions=1, replication_factor=-1)], request_timeout=REQUEST_TIMEOUT_S)
-        try:
-            futures[self.topic].result(timeout=REQUEST_TIMEOUT_S)
-            log.info("created the results topic %s (1 partition)", self.topic)
-        except Exception as exc:  # noqa: BLE001 - created meanwhile by another client is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise ResultsError(f"cannot create the results topic {self.topic}: {exc}") from exc
+        for topic in (self.topic, self.alerts_topic):
+            if topic is None:
+                continue
+            found = meta.topics.get(topic)
+            if found is not None and found.error is None:
+                if len(found.partitions) != 1:
+                    log.warning("results topic %s has %d partitions; records go to partition 0 only", topic, len(found.partitions))
+                continue
+            futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)], request_timeout=REQUEST_TIMEOUT_S)
+            try:
+                futures[topic].result(timeout=REQUEST_TIMEOUT_S)
+                log.info("created the results topic %s (1 partition)", topic)
+            except Exception as exc:  # noqa: BLE001 - created meanwhile by another client is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise ResultsError(f"cannot create the results topic {topic}: {exc}") from exc
 
     def _raise_if_fenced(self, exc: Exception) -> None:
         err: Any = exc.args[0] if exc.args else None
@@ -351,9 +368,16 @@ class ResultPublisher:
             heard = set(self._pending)
         return sorted(heard | set(self.store.epoch_numbers(after=last)))
 
+    def _alerts_value(self, epoch: int) -> bytes | None:
+        """The epoch's T.alerts record (None without a book). Building it fixes the epoch's alerts: a rule
+        made from now on applies to later epochs only."""
+        if self.alerts is None:
+            return None
+        return self.alerts.record_json(epoch)
+
     def _publish_pending(self) -> None:
         while True:
-            batch: list[tuple[int, bytes]] = []
+            batch: list[tuple[int, bytes, bytes | None]] = []
             for e in self._candidates()[:BATCH]:
                 try:
                     view = self.store.get(e)
@@ -362,14 +386,14 @@ class ResultPublisher:
                     with self._lock:
                         self._pending = collections.deque(p for p in self._pending if p != e)
                     continue
-                batch.append((e, encode(epoch_record(view, self.store.names, self.k))))
+                batch.append((e, encode(epoch_record(view, self.store.names, self.k)), self._alerts_value(e)))
             if not batch:
                 return
             self._commit(batch)
             if self._stop.is_set():
                 return  # stopping: one batch more, then what remains waits for the next start
 
-    def _commit(self, batch: list[tuple[int, bytes]]) -> None:
+    def _commit(self, batch: list[tuple[int, bytes, bytes | None]]) -> None:
         from confluent_kafka import KafkaException
 
         p = self._producer
@@ -381,8 +405,10 @@ class ResultPublisher:
 
         try:
             p.begin_transaction()
-            for e, value in batch:
+            for e, value, alerts in batch:
                 p.produce(self.topic, key=str(e).encode(), value=value, partition=0, on_delivery=delivered)
+                if self.alerts_topic is not None and alerts is not None:
+                    p.produce(self.alerts_topic, key=str(e).encode(), value=alerts, partition=0, on_delivery=delivered)
             p.commit_transaction(REQUEST_TIMEOUT_S)  # flushes first: every record is acknowledged, or none counts
         except KafkaException as exc:
             self._raise_if_fenced(exc)

@@ -133,6 +133,7 @@ def build_app(settings: Settings, pipeline: Pipeline, limits: EdgeLimits | None 
         cors_origins=settings.cors_origins,
         path_bfs_budget=settings.path_bfs_budget,
         limits=limits,
+        alerts=pipeline.alerts,
     )
 
 
@@ -154,7 +155,11 @@ def serve(settings: Settings) -> int:
     except PipelineError as exc:
         log.error("%s", exc)
         return 1
-    pipeline = Pipeline(settings, on_epoch=print_epoch)
+    try:
+        pipeline = Pipeline(settings, on_epoch=print_epoch)
+    except PulsegraphError as exc:  # its data folder's files cannot be trusted (the alert rules)
+        log.error("%s", exc)
+        return 1
     log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
     try:
         pipeline.start()

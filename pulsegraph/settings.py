@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     header_timeout: float = Field(10.0, gt=0, description="a request's line and headers must arrive within this, e.g. 10s; past it 408")
     keep_alive_timeout: float = Field(5.0, gt=0, description="an API connection with no request in flight is closed after this idle time, e.g. 5s")
     send_timeout: float = Field(30.0, gt=0, description="an API connection whose client takes none of the bytes sent to it for this long is dropped (a stream client that stopped reading)")
-    max_streams: int = Field(1000, ge=1, description="open /v1/stream connections at most (never more than half of the connections: streams do not end by themselves); the last tenth is kept for the dashboard's own origin and authenticated clients")
+    max_streams: int = Field(1000, ge=1, description="open /v1/stream and /v1/alerts/stream connections at most, together (never more than half of the connections: streams do not end by themselves); the last tenth is kept for the dashboard's own origin and authenticated clients")
     max_concurrent_writes: int = Field(4, ge=1, le=256, description="POST /v1/events requests processed at once; more get 503 with Retry-After")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")

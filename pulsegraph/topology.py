@@ -20,8 +20,9 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from api.exceptions import NotFound
+from api.alerts import RULES_FILE, AlertBook
 from api.archive import ResultArchive
+from api.exceptions import NotFound
 from api.feed import ResultFeed
 from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
@@ -128,9 +129,14 @@ class Pipeline:
         # The archive always holds the retained epochs (the store serves all but the newest from it,
         # memory-mapped); --archive-results decides whether a restart takes them back.
         self.archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs)
+        # The newest epoch archived before this start: the floor of a new rule's since_epoch (epochs up to
+        # it may have been given out with their alerts already, and are cut again or taken back).
+        given_out = self.archive.latest
         if not self.settings.archive_results:
             self.archive.clear()
         self.store = ResultStore(self.settings.retain_epochs, self.archive)
+        # The alert rules live in the data folder (an unreadable file stops the start, naming what to do).
+        self.alerts = AlertBook(self.store, self.settings.data_dir / RULES_FILE, floor=given_out)
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
@@ -150,7 +156,8 @@ class Pipeline:
         self.results: ResultPublisher | None = None
         if s.results_topic:
             self.results = ResultPublisher(
-                self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k
+                self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k,
+                alerts=self.alerts,
             )
 
     @property

@@ -28,4 +28,6 @@ async def health(ctx: Ctx) -> JSON:
         # "degraded" while the ingest is disconnected, recovering or failed; the API itself still serves.
         body.update(ctx.status())
     body["edge"] = edge_stats(ctx)
+    if ctx.alerts is not None:
+        body["alerts"] = ctx.alerts.stats()
     return JSON(body)

@@ -260,6 +260,36 @@ async function refreshTopics() {
   if (rows.length) $("topics-body").replaceChildren(...rows);
 }
 
+// ---- alerts (issue 13) ---------------------------------------------------------------------------
+const ALERTS_SHOWN = 20;
+const ALERT_CLASS = { entered: "up", rose: "up", reached: "up", rose_above: "up", left: "down", fell: "down", fell_below: "down" };
+
+async function refreshAlerts() {
+  const [page, rules] = await Promise.all([api(`/v1/alerts?limit=${ALERTS_SHOWN}`), api("/v1/alerts/rules")]);
+  $("alerts-info").textContent = `${rules.items.length} rule${rules.items.length === 1 ? "" : "s"}` +
+    (rules.items.length ? "" : " — add one with POST /v1/alerts/rules (see the API docs)");
+  // A page is oldest first and one epoch's alerts come whole, most notable first: newest epoch first, each
+  // epoch's own order kept (the sort is stable).
+  const newest = page.items.slice().sort((a, b) => b.epoch - a.epoch).slice(0, ALERTS_SHOWN);
+  if (!newest.length) return;
+  $("alerts-body").replaceChildren(...newest.map((a) => {
+    const tr = document.createElement("tr");
+    tr.dataset.rule = String(a.rule);
+    tr.dataset.epoch = String(a.epoch);
+    cell(tr, fmt.format(a.epoch), "num");
+    const kind = document.createElement("span");
+    kind.textContent = `#${a.rule} ${a.kind}`;
+    kind.className = "muted";
+    cell(tr, kind);
+    const what = document.createElement("span");
+    what.textContent = a.message;
+    what.className = ALERT_CLASS[a.event] || "";
+    cell(tr, what, "alert");
+    tr.addEventListener("click", () => openVertex(a.subject));  // a vertex, a component's representative, or a hashtag: all vertices
+    return tr;
+  }));
+}
+
 // ---- path finder (issue 6) -----------------------------------------------------------------------
 function drawChain(path, via) {
   const svg = $("path-chain");
@@ -430,7 +460,7 @@ async function onEpoch(e) {
   if (refreshing) return;  // a slow refresh is never stacked: the next epoch catches up
   refreshing = true;
   try {
-    await Promise.all([refreshTop(), refreshVertex(), refreshTopics()]);
+    await Promise.all([refreshTop(), refreshVertex(), refreshTopics(), refreshAlerts()]);
   } catch (err) { showError(err); }
   finally { refreshing = false; }
 }
@@ -464,7 +494,7 @@ async function load() {
     state.epochs = [];
     page.items.reverse().forEach(addEpoch);
     renderCharts();
-    if (state.epochs.length) await refreshTop();
+    if (state.epochs.length) await Promise.all([refreshTop(), refreshAlerts()]);
     clearError();
   } catch (err) {
     showError(err);

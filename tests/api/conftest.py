@@ -38,6 +38,7 @@ def app_for(p: Pipeline, **kwargs):
         p.store, p.status,
         events_sink=EventLog(str(p.events_log)).append,
         event_transform=get_transform(p.settings.transform_name),
+        alerts=p.alerts,
         **kwargs,
     )
 

@@ -137,6 +137,37 @@ def test_topics_panel_and_path_finder_render(browser, server):
     page.close()
 
 
+def test_the_latest_alerts_are_listed(browser, server):
+    """Issue 13: a rule made through the API, and its alerts on the page, newest first."""
+    import httpx
+
+    from tests.api.conftest import TOKEN
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    # Some vertex of the top 1000 moves by a place in every epoch of the synthetic stream (the top 20
+    # settles once the stream has run for a minute).
+    made = httpx.post(server + "/v1/alerts/rules", json={"kind": "rank_move", "places": 1, "within": 1000}, headers=auth)
+    assert made.status_code == 201, made.text
+    rule = made.json()["id"]
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(server + "/")
+        rows = page.locator(f"#alerts-body tr[data-rule='{rule}']")
+        wait_until(lambda: rows.count() >= 1, what="an alert of the new rule")
+        epochs = [int(e) for e in page.locator("#alerts-body tr[data-epoch]").evaluate_all("rs => rs.map(r => r.dataset.epoch)")]
+        assert epochs == sorted(epochs, reverse=True), "newest first"
+        assert min(epochs) >= made.json()["since_epoch"]
+        assert re.search(r"(rose|fell) \d+ places? in pagerank: rank \d+ -> \d+", rows.first.inner_text())
+        assert "rule" in page.locator("#alerts-info").inner_text()
+        page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-alerts.png"), full_page=True)
+        assert errors == []
+    finally:
+        httpx.delete(f"{server}/v1/alerts/rules/{rule}", headers=auth)
+        page.close()
+
+
 def test_the_api_docs_load_from_this_server_only(browser, server):
     """Issue 16: Swagger UI's files come from the package, under a policy that pins the page's one inline script."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
