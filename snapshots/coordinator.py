@@ -74,6 +74,7 @@ class EpochCoordinator:
         self._consumer = consumer
         self._log = EpochLog(log_path)
         self._interval = interval_s
+        self._data_dir = data_dir
         self._checkpoints = CheckpointStore(data_dir) if data_dir and checkpoint_every else None
         self._checkpoint_every = checkpoint_every
         self._lock = threading.Lock()  # progress table vs. the cut
@@ -212,8 +213,7 @@ class EpochCoordinator:
             if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
                 # The shards write now, before they apply the next epoch; the consumer's part and
                 # the manifest follow on the hand-off thread.
-                data_dir = str(self._checkpoints.root.parent)
-                checkpoint = (epoch, valid, [s.checkpoint.remote(epoch.number, data_dir) for s in self._shards])
+                checkpoint = (epoch, valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards])
             if self._consumer is not None or checkpoint is not None:
                 with self._queued:
                     while len(self._queue) >= MAX_QUEUED and not self._failed:
@@ -285,8 +285,7 @@ class EpochCoordinator:
         """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
         files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None  # only called where checkpoints are configured
-        data_dir = str(self._checkpoints.root.parent)
-        compute = self._consumer.checkpoint.remote(epoch.number, data_dir) if self._consumer is not None else None
+        compute = self._consumer.checkpoint.remote(epoch.number, self._data_dir) if self._consumer is not None else None
         digests = ray.get(shard_refs)
         self._checkpoints.commit(
             epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None

@@ -63,15 +63,4 @@ class ShardActor:
         return self._store.snapshot()
 
     def status(self) -> dict:
-        s = self._store
-        return {
-            "shard": s.shard,
-            "epoch": s.epoch,
-            "applied": dict(s.applied),
-            "vertices": int(s.exists.view.sum()),
-            "edges": len(s.edges),
-            "live_edges": s.edges.live(),
-            "edge_bytes": s.edges.nbytes,
-            "window_rows": len(s._contrib) if s._contrib is not None else 0,
-            "late": s.late,
-        }
+        return self._store.status()

@@ -140,6 +140,12 @@ class EdgeTable:
         order = np.argsort(keys[slots], kind="stable")
         self._keys, self._slots = keys[slots][order], slots[order].astype(np.int64)
 
+    def held(self) -> np.ndarray:
+        """The slots that hold an edge (all but the released ones)."""
+        held = np.ones(len(self), dtype=bool)
+        held[self._free] = False
+        return np.flatnonzero(held)
+
     def columns(self) -> dict:
         """For a checkpoint: the columns (copies) and the released slots."""
         cols = {c: getattr(self, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")}
@@ -508,14 +514,26 @@ class ShardStore:
         return store
 
     # -- reading ------------------------------------------------------------
+    def status(self) -> dict:
+        """What the shard actor reports: its place in the epochs and what it holds."""
+        return {
+            "shard": self.shard,
+            "epoch": self.epoch,
+            "applied": dict(self.applied),
+            "vertices": int(self.exists.view.sum()),
+            "edges": len(self.edges),
+            "live_edges": self.edges.live(),
+            "edge_bytes": self.edges.nbytes,
+            "window_rows": len(self._contrib) if self._contrib is not None else 0,
+            "late": self.late,
+        }
+
     def snapshot(self) -> dict:
         """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``
         (and ``first_ts``: {(s, d, t): earliest add time})."""
         names, types, e = self.vertices.names, self.types.names, self.edges
         verts = {names[i]: decode(self.attrs.raw(int(i))) for i in self.present()}
-        held = np.ones(len(e), dtype=bool)
-        held[e._free] = False  # released slots hold no edge
-        slots = np.flatnonzero(held)
+        slots = e.held()
         keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view[slots], e.dst.view[slots], e.etype.view[slots])]
         edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view[slots], e.weight.view[slots])}
         first = {k: float(f) for k, f in zip(keys, e.first_ts.view[slots])}
