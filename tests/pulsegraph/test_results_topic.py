@@ -246,6 +246,43 @@ def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_l
     assert {i["vertex"] for i in top} == set(want) or not last["bounds"]["pagerank"]["certified"]
 
 
+def test_a_second_service_with_the_same_transactional_id_fences_the_first_and_each_epoch_is_on_the_topic_once(kafka_broker):
+    """Two live services publishing as one (same --group and --results-topic): the one that connected last
+    fences the other, which stops publishing and says why; the topic never holds an epoch twice."""
+    from pulsegraph.results_topic import ResultPublisher
+
+    out, tid = kafka_broker.topic(), f"pulsegraph-results.fence.{kafka_broker.topic()}"
+    names = ["a", "b", "c", "d"]
+
+    def store_with(epochs) -> ResultStore:
+        store = ResultStore()
+        store.add([result(e, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7}) for e in epochs], names)
+        return store
+
+    def until(predicate, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not predicate():
+            time.sleep(0.1)
+        assert predicate(), what
+
+    first_store = store_with([1, 2])
+    first = ResultPublisher(first_store, kafka_broker.bootstrap, out, tid, k=4).start()
+    second = None
+    try:
+        until(lambda: first.last_committed == 2, f"the first publishes epochs 1-2: {first.status()}")
+        second = ResultPublisher(store_with([1, 2, 3]), kafka_broker.bootstrap, out, tid, k=4).start()
+        until(lambda: second.last_committed == 3, f"the second resumes after 2: {second.status()}")
+        first_store.add([result(4, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7})], [])
+        first.notify(first_store.get(4))
+        until(lambda: first.state == "fenced", f"the first is fenced: {first.status()}")
+        assert "Operator action" in (first.error or "")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert [k for _, k, _ in read_results(kafka_broker.bootstrap, out)] == [1, 2, 3]
+
+
 # -- certificates on the REST answers ----------------------------------------------------------------
 def test_the_top_answer_and_the_epoch_object_carry_the_bound_and_whether_it_certifies_the_order():
     from fastapi.testclient import TestClient
