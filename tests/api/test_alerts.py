@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
+from api import alert_rules
 from api import alerts as alerts_mod
 from api.alerts import AlertBook, evaluate
 from api.app import create_app
@@ -178,7 +179,7 @@ def test_the_oldest_retained_epoch_has_no_alerts_as_after_a_restart():
 
 
 def test_bounds_per_rule_are_counted_as_dropped(monkeypatch):
-    monkeypatch.setattr(alerts_mod, "MAX_PER_RULE", 1)
+    monkeypatch.setattr(alert_rules, "MAX_PER_RULE", 1)
     store = ResultStore(retain=10)
     book = AlertBook(store)
     rule(book, kind="top_k", k=2)
