@@ -80,6 +80,7 @@ class Manifest:
     shards: dict[int, str]  # shard -> sha256 of its file
     directory: str
     compute: str | None = None  # sha256 of compute.ckpt: the downstream ids as of this epoch
+    late: int = 0  # with a window: late transactions of every epoch up to this one (a function of the vectors)
 
     @property
     def compute_path(self) -> Path:
@@ -110,16 +111,17 @@ class CheckpointStore:
         return self.write_file(epoch, f"shard-{shard}.ckpt", payload)
 
     def commit(
-        self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None
+        self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None,
+        late: int = 0,
     ) -> Manifest:
         folder = self.folder(epoch)
         body = {
             "epoch": epoch, "vector": vector, "valid": valid,
-            "shards": {str(k): v for k, v in shards.items()}, "compute": compute,
+            "shards": {str(k): v for k, v in shards.items()}, "compute": compute, "late": late,
         }
         write_atomic(folder / "MANIFEST", json.dumps(body, sort_keys=True).encode())
         self._prune()
-        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute)
+        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late)
 
     def _prune(self) -> None:
         committed = [f for f in self._folders() if (f / "MANIFEST").exists()]
@@ -145,7 +147,7 @@ class CheckpointStore:
                 body = json.loads(read_verified(folder / "MANIFEST"))
                 m = Manifest(
                     body["epoch"], body["vector"], body["valid"],
-                    {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"),
+                    {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"), int(body.get("late", 0)),
                 )
                 for shard, digest in m.shards.items():
                     read_verified(m.shard_path(shard), digest)

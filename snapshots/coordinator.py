@@ -96,6 +96,7 @@ class EpochCoordinator:
         self._late = 0  # transactions that arrived with their time already outside the window
         if resume:
             self._watermark = resume.watermark
+            self._late = resume.late
             self._progress = dict(resume.vector)
             self._valid = dict(resume.valid)
             self._durable = dict(resume.vector)
@@ -213,7 +214,9 @@ class EpochCoordinator:
             if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
                 # The shards write now, before they apply the next epoch; the consumer's part and
                 # the manifest follow on the hand-off thread.
-                checkpoint = (epoch, valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards])
+                checkpoint = (
+                    epoch, valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards], self._late,
+                )
             if self._consumer is not None or checkpoint is not None:
                 with self._queued:
                     while len(self._queue) >= MAX_QUEUED and not self._failed:
@@ -275,20 +278,21 @@ class EpochCoordinator:
             self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
         checkpoint = batch[-1][2]
         if checkpoint is not None:
-            epoch, valid, shard_refs = checkpoint
+            epoch, valid, shard_refs, late = checkpoint
             try:
-                self._checkpoint(epoch, valid, shard_refs)
+                self._checkpoint(epoch, valid, shard_refs, late)
             except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
                 log.exception("checkpoint of epoch %d failed", epoch.number)
 
-    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shard_refs: list) -> None:
+    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shard_refs: list, late: int = 0) -> None:
         """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
         files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None  # only called where checkpoints are configured
         compute = self._consumer.checkpoint.remote(epoch.number, self._data_dir) if self._consumer is not None else None
         digests = ray.get(shard_refs)
         self._checkpoints.commit(
-            epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None
+            epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None,
+            late,
         )
         epoch.advance(EpochStatus.DURABLE)
         with self._lock:

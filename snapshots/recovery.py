@@ -29,6 +29,7 @@ class RecoveryPlan:
     valid: dict[str, int]  # valid records below the vector, per partition
     replay: tuple[LogEntry, ...]
     watermark: float | None = None  # the restored epoch's (W only grows: the next ones go on from it)
+    late: int = 0  # late transactions up to the restored epoch; the re-cut epochs add theirs again
 
     @property
     def newest_vector(self) -> dict[str, int]:
@@ -53,7 +54,9 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
         replay = tuple(e for e in entries if e.epoch > manifest.epoch)
         log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
         watermark = next((e.watermark for e in entries if e.epoch == manifest.epoch), None)
-        return manifest, RecoveryPlan(manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark)
+        return manifest, RecoveryPlan(
+            manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark, manifest.late
+        )
     if entries:
         log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
         return None, RecoveryPlan(0, {}, {}, tuple(entries))

@@ -105,6 +105,9 @@ def test_a_crash_and_a_restart_from_the_checkpoint_end_in_the_same_window(ray_cl
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=90)
         want, _ = window_reference(records, view.result.vector, WINDOW)
         assert shard_graph(p) == want
+        # The late count covers the whole history: the checkpoint kept the count up to it, the re-cut epochs
+        # counted theirs again, the new ones theirs.
+        assert p.poll_status()["window"]["late"] == late_by_the_log(records, EpochLog.read(str(tmp_path / "data" / "epochs.log")))
         live = {k: v for k, v in want["edges"].items() if v[0] > 0}
         got = ray.get(p.compute.snapshot.remote())
         assert {k: v for k, v in got["edges"].items() if v[0] > 0} == live
