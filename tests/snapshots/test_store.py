@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from compute.graph import GlobalGraph
 from snapshots.exceptions import EpochOrderError
-from snapshots.store import EdgeTable, ShardStore
+from snapshots.edges import EdgeTable
+from snapshots.store import ShardStore
 from tests.graphref import merge, reference
 from tests.snapshots.streams import route, schedules, streams
 

@@ -1,0 +1,143 @@
+"""A shard's edges: append-only slots of (src, dst, type) with a signed multiplicity and a weight sum.
+
+Owns the packed edge key and the sorted index over it, and the slots a sliding window gives back
+(released slots are taken by new edges first). :mod:`snapshots.store` builds a shard on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snapshots.growable import Column
+
+# The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
+# index is one sorted integer array: 67M local vertices and 4096 edge types per shard.
+SRC_SHIFT = np.uint64(38)
+DST_SHIFT = np.uint64(12)
+MAX_VERTICES = 1 << 26
+MAX_TYPES = 1 << 12
+
+
+def edge_keys(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
+    """The packed key of each (src, dst, type)."""
+    return (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+
+
+class EdgeTable:
+    """Append-only edge slots plus a sorted key index; slot ids never move."""
+
+    def __init__(self) -> None:
+        self.src = Column(np.int32)
+        self.dst = Column(np.int32)
+        self.etype = Column(np.int16)
+        self.mult = Column(np.int64)
+        self.weight = Column(np.int64)
+        # The earliest event time among the edge's adds (+inf before any): min commutes, so it is a
+        # pure function of the epoch vector like the sums. K-exposure orders adopters by it.
+        self.first_ts = Column(np.float64)
+        self._keys: np.ndarray = np.zeros(0, dtype=np.uint64)
+        self._slots = np.zeros(0, dtype=np.int64)
+        self._free = np.zeros(0, dtype=np.int64)  # released slots (sorted), taken by new edges first
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def apply(self, src, dst, etype, dmult, dweight, ts=None, rows: bool = False):
+        """Add signed multiplicities and weights (and fold the adds' ``ts`` into ``first_ts``); returns the
+        touched slots (and, with ``rows``, the slot of each input row too). New edges take released
+        slots first, lowest first, then new ones."""
+        if len(src) == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return (z, z) if rows else z
+        keys = edge_keys(src, dst, etype)
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        uniq = sk[starts]
+        dm = np.add.reduceat(dmult[order].astype(np.int64), starts)
+        dw = np.add.reduceat(dweight[order].astype(np.int64), starts)
+        adds_ts = np.full(len(keys), np.inf) if ts is None else np.where(dmult > 0, ts, np.inf)
+        dt = np.minimum.reduceat(adds_ts[order].astype(np.float64), starts)
+
+        pos = np.searchsorted(self._keys, uniq)
+        found = np.zeros(len(uniq), dtype=bool)
+        if len(self._keys):
+            inside = pos < len(self._keys)
+            found[inside] = self._keys[pos[inside]] == uniq[inside]
+        old = self._slots[pos[found]]
+        self.mult.view[old] += dm[found]
+        self.weight.view[old] += dw[found]
+        self.first_ts.view[old] = np.minimum(self.first_ts.view[old], dt[found])
+
+        new = ~found
+        n_new = int(new.sum())
+        reused, self._free = self._free[:n_new], self._free[n_new:]
+        fresh = np.concatenate([reused, np.arange(len(self), len(self) + n_new - len(reused), dtype=np.int64)])
+        nk = uniq[new]
+        cols = (
+            (self.src, (nk >> SRC_SHIFT).astype(np.int32)),
+            (self.dst, ((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32)),
+            (self.etype, (nk & np.uint64(MAX_TYPES - 1)).astype(np.int16)),
+            (self.mult, dm[new]), (self.weight, dw[new]), (self.first_ts, dt[new]),
+        )
+        k = len(reused)
+        for col, values in cols:
+            col.view[reused] = values[:k]
+            col.extend(values[k:])
+        self._keys = np.insert(self._keys, pos[new], nk)
+        self._slots = np.insert(self._slots, pos[new], fresh)
+        touched = np.concatenate([old, fresh])
+        if not rows:
+            return touched
+        slot_of = np.empty(len(uniq), dtype=np.int64)
+        slot_of[found], slot_of[new] = old, fresh
+        row_slots = np.empty(len(keys), dtype=np.int64)
+        row_slots[order] = slot_of[np.cumsum(np.r_[True, sk[1:] != sk[:-1]]) - 1]
+        return touched, row_slots
+
+    def release(self, slots: np.ndarray) -> None:
+        """Give ``slots`` (edges with nothing left: multiplicity and weight 0) back for new edges to take;
+        their keys leave the index. Only the window frees slots: without one an edge is forever."""
+        if not len(slots):
+            return
+        slots = np.unique(slots.astype(np.int64))
+        keys = edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots])
+        pos = np.searchsorted(self._keys, keys)
+        self._keys = np.delete(self._keys, pos)
+        self._slots = np.delete(self._slots, pos)
+        self.mult.view[slots] = 0
+        self.weight.view[slots] = 0
+        self.first_ts.view[slots] = np.inf
+        self._free = np.union1d(self._free, slots)
+
+    def load(self, cols: dict) -> None:
+        """Columns saved by a checkpoint, slots as they were; the key index is rebuilt (without the released slots)."""
+        for name in ("src", "dst", "etype", "mult", "weight", "first_ts"):
+            getattr(self, name).extend(cols[name])
+        self._free = np.asarray(cols.get("free", np.zeros(0)), dtype=np.int64)
+        keys = edge_keys(self.src.view, self.dst.view, self.etype.view)
+        held = np.ones(len(keys), dtype=bool)
+        held[self._free] = False
+        slots = np.flatnonzero(held)
+        order = np.argsort(keys[slots], kind="stable")
+        self._keys, self._slots = keys[slots][order], slots[order].astype(np.int64)
+
+    def held(self) -> np.ndarray:
+        """The slots that hold an edge (all but the released ones)."""
+        held = np.ones(len(self), dtype=bool)
+        held[self._free] = False
+        return np.flatnonzero(held)
+
+    def columns(self) -> dict:
+        """For a checkpoint: the columns (copies) and the released slots."""
+        cols = {c: getattr(self, c).view.copy() for c in ("src", "dst", "etype", "mult", "weight", "first_ts")}
+        cols["free"] = self._free.copy()
+        return cols
+
+    def live(self) -> int:
+        return int(np.count_nonzero(self.mult.view > 0))
+
+    @property
+    def nbytes(self) -> int:
+        cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.first_ts)
+        return sum(c.nbytes for c in cols) + self._keys.nbytes + self._slots.nbytes
