@@ -139,6 +139,27 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"],
         )
 
+    _error_handlers(app)
+
+    for router in (pages.router, health.router):
+        app.include_router(router)
+    if pages.STATIC.is_dir():
+        app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
+    app.mount(pages.DOCS_ASSETS_URL, StaticFiles(directory=str(pages.DOCS_ASSETS)), name="docs-assets")
+    # Only when reads are protected do read routes carry the check (and its cost on the hot path).
+    protected = ctx.auth.protect_reads
+    for router in (rank.router, epochs.router, alert_routes.router, vertices.router, components.router, topics.router, trends.router,
+                   paths.router, search.router, stream.router, status_routes.router):
+        app.include_router(router, dependencies=[Depends(require_read)] if protected else [],
+                           responses=errors(401, 403) if protected else {})
+    app.include_router(events.router)
+    app.include_router(alert_routes.writes)
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """Every error, ours or the framework's, as the JSON error body ``{"error": {"code", "message"}}``."""
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSON:
         return error(exc.status, exc.code, str(exc), exc.headers)
@@ -162,18 +183,3 @@ def create_app(
             if methods:  # an undocumented path (the static files) keeps Starlette's answer
                 headers = {**(headers or {}), "Allow": ", ".join(methods)}
         return error(exc.status_code, code, str(exc.detail), headers)
-
-    for router in (pages.router, health.router):
-        app.include_router(router)
-    if pages.STATIC.is_dir():
-        app.mount("/static", StaticFiles(directory=str(pages.STATIC)), name="static")
-    app.mount(pages.DOCS_ASSETS_URL, StaticFiles(directory=str(pages.DOCS_ASSETS)), name="docs-assets")
-    # Only when reads are protected do read routes carry the check (and its cost on the hot path).
-    protected = ctx.auth.protect_reads
-    for router in (rank.router, epochs.router, alert_routes.router, vertices.router, components.router, topics.router, trends.router,
-                   paths.router, search.router, stream.router, status_routes.router):
-        app.include_router(router, dependencies=[Depends(require_read)] if protected else [],
-                           responses=errors(401, 403) if protected else {})
-    app.include_router(events.router)
-    app.include_router(alert_routes.writes)
-    return app
