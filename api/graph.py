@@ -7,19 +7,25 @@ actor and never reaches into the compute stage's internals.
 
 Layout (all NumPy, no Python object per edge):
 
-* **Slots.** Every edge ``(src, dst, type)`` ever seen gets a slot, in order of
-  first appearance; slots are never freed (an edge whose multiplicity drops to
-  0 keeps its slot, as on the shards). Per slot: ``src``, ``dst`` (int32),
-  ``etype`` (int16), ``mult``, ``weight`` (int64): the state as of the newest
-  applied epoch. 28 bytes per edge.
+* **Slots.** Every edge ``(src, dst, type)`` gets a slot when it first appears.
+  An edge with nothing left (multiplicity and weight 0: removed, or expired
+  from a window) keeps its slot while a retained epoch may still see it live,
+  that is until the undo record of the last epoch that changed it leaves the
+  retention; then the slot is freed (its key leaves the index and the
+  adjacency) and the next new edge takes it. So the slots follow the live
+  edges plus what changed within the retention, not every edge ever seen.
+  Per slot: ``src``, ``dst`` (int32), ``etype`` (int16), ``mult``, ``weight``
+  (int64): the state as of the newest applied epoch, and the last epoch that
+  changed it (int64). 36 bytes per edge.
 * **Key index.** The edge key packed into one uint64 (src 26 bits, dst 26 bits,
   type 12 bits), kept sorted together with its slot, so a batch of changes finds
   its slots with one ``searchsorted``; new keys are merged in with a stable sort,
   which on two sorted runs is a linear merge. 16 bytes per edge.
 * **Adjacency.** Slots sorted by ``src`` and by ``dst`` (int32 each), merged the
   same way, so the out- or in-edges of a vertex are one ``searchsorted`` range.
-  Because slots are never freed, the edges of a vertex as of an older epoch are
-  a subset of its slots now. 8 bytes per edge.
+  A slot is freed only once no retained epoch sees its edge live, so the edges
+  of a vertex as of a retained epoch are a subset of its slots now. 24 bytes
+  per edge.
 * **Undo records.** Per retained epoch, the slots it changed (sorted) and their
   state *before* it. The state of a few slots as of epoch ``E`` is the current
   state with the undo records of epochs ``> E`` applied, newest first; a
@@ -116,6 +122,8 @@ class GraphHistory:
         self.etype = _Grow(np.int16)
         self.mult = _Grow(np.int64)
         self.weight = _Grow(np.int64)
+        self.changed = _Grow(np.int64)  # per slot: the last epoch that changed it
+        self._free = np.zeros(0, np.int64)  # freed slots (sorted), taken by new edges first
         self._keys = np.zeros(0, np.uint64)
         self._key_slots = np.zeros(0, np.int64)
         self._by_src = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (sorted src, slot)
@@ -130,7 +138,20 @@ class GraphHistory:
 
     @property
     def slots(self) -> int:
+        """Slots in use or free: the length of the per-slot columns."""
         return self.src.n
+
+    @property
+    def held(self) -> int:
+        """Slots that hold an edge (not free)."""
+        return self.src.n - len(self._free)
+
+    @property
+    def nbytes(self) -> int:
+        cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.changed)
+        index = (self._keys, self._key_slots, *self._by_src, *self._by_dst, self._free)
+        undo = sum(u.slots.nbytes + u.mult.nbytes + u.weight.nbytes for u in self._undo)
+        return sum(c._a.nbytes for c in cols) + sum(a.nbytes for a in index) + undo
 
     def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False, since: int | None = None) -> None:
         """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored).
@@ -166,15 +187,19 @@ class GraphHistory:
             slots[known] = self._key_slots[pos_c[known]]
             fresh = ~known
             n_new = int(fresh.sum())
+            reused, self._free = self._free[:n_new], self._free[n_new:]
             base = self.slots
-            new_slots = np.arange(base, base + n_new, dtype=np.int64)
+            k = len(reused)
+            new_slots = np.concatenate([reused, np.arange(base, base + n_new - k, dtype=np.int64)])
             slots[fresh] = new_slots
             if n_new:
-                self.src.append(src[fresh])
-                self.dst.append(dst[fresh])
-                self.etype.append(et[fresh])
-                self.mult.append(np.zeros(n_new, np.int64))
-                self.weight.append(np.zeros(n_new, np.int64))
+                # Freed slots hold nothing (multiplicity and weight 0): the undo record below keeps
+                # exactly that as the new edge's state before this epoch.
+                for col, values in ((self.src, src[fresh]), (self.dst, dst[fresh]), (self.etype, et[fresh])):
+                    col.view[reused] = values[:k]
+                    col.append(values[k:])
+                for col in (self.mult, self.weight, self.changed):
+                    col.append(np.zeros(n_new - k, np.int64))
                 self._keys, self._key_slots = _merge_sorted(self._keys, self._key_slots, keys[fresh], new_slots)
                 self._by_src = _merge_sorted(*self._by_src, src[fresh].astype(np.int32), new_slots)
                 self._by_dst = _merge_sorted(*self._by_dst, dst[fresh].astype(np.int32), new_slots)
@@ -188,11 +213,32 @@ class GraphHistory:
             self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy()))
             self.mult.view[slots] = mult
             self.weight.view[slots] = weight
+            self.changed.view[slots] = epoch
             while len(self._undo) > self.retain:
-                self._undo.popleft()
+                self._release(self._undo.popleft())
             if self.epoch == 0:
                 self._first = epoch
             self.epoch = epoch
+
+    def _release(self, dropped: _Undo) -> None:
+        """Free the slots whose edge has nothing left and whose last change was the epoch of ``dropped``,
+        an undo record that just left the retention: no retained epoch can see their edge live any
+        more (a later change would have a later undo record). Caller holds the lock."""
+        s = dropped.slots
+        if not len(s):
+            return
+        s = s[(self.changed.view[s] == dropped.epoch) & (self.mult.view[s] == 0) & (self.weight.view[s] == 0)]
+        if not len(s):
+            return
+        gone = np.zeros(self.slots, dtype=bool)
+        gone[s] = True
+        keep = ~gone[self._key_slots]
+        self._keys, self._key_slots = self._keys[keep], self._key_slots[keep]
+        for side in ("_by_src", "_by_dst"):
+            ends, slots = getattr(self, side)
+            keep = ~gone[slots]
+            setattr(self, side, (ends[keep], slots[keep]))
+        self._free = np.union1d(self._free, s)
 
     @property
     def kept_from(self) -> int:

@@ -84,3 +84,50 @@ def test_a_full_epoch_replaces_the_graph_and_older_epochs_still_answer():
             assert got(g, v, direction, None) == expected(epochs[10][1], v, direction)
             assert got(g, v, direction, 10) == expected(epochs[9][1], v, direction)
             assert got(g, v, direction, 5) == expected(epochs[4][1], v, direction)
+
+
+def churning_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 2, life: int = 3):
+    """A sliding window's changes: each epoch adds edges and the edges added ``life`` epochs before
+    expire (multiplicity and weight 0, as the compute stage publishes an expiry); some come back later."""
+    rng = random.Random(seed)
+    state: dict[tuple[int, int, int], tuple[int, int]] = {}
+    born: list[list[tuple[int, int, int]]] = []
+    epochs = []
+    for e in range(n_epochs):
+        changed = {}
+        if e >= life:
+            for key in born[e - life]:
+                if state.get(key, (0, 0))[0] > 0:
+                    state[key] = changed[key] = (0, 0)
+        new = []
+        for _ in range(rng.randrange(10, 30)):
+            key = (rng.randrange(vertices), rng.randrange(vertices), rng.randrange(types))
+            if state.get(key, (0, 0))[0] == 0 and key not in changed:
+                state[key] = changed[key] = (1, rng.choice([500_000, 1_000_000]))
+                new.append(key)
+        born.append(new)
+        epochs.append((dict(changed), dict(state)))
+    return epochs
+
+
+def test_expired_edges_give_their_slots_back_once_out_of_the_retention():
+    retain, life = 6, 3
+    epochs = churning_epochs(300, seed=11, life=life)
+    g = GraphHistory(retain=retain)
+    most = bound = 0
+    for e, (changed, state) in enumerate(epochs, start=1):
+        g.apply(e, as_changes(changed))
+        # Live edges plus those that died within the retention, never every edge ever seen.
+        live_or_recent = {k for k, _ in changed.items()} | {k for k, (m, _) in state.items() if m > 0}
+        for changed_before, _ in epochs[max(0, e - retain - 1) : e]:
+            live_or_recent |= set(changed_before)
+        bound = max(bound, len(live_or_recent))
+        assert g.slots <= bound, e  # free slots are taken before new ones are made
+        most = max(most, g.slots)
+        if e % 37 == 0 or e == len(epochs):
+            for back in range(e - retain + 1, e + 1):
+                for v in range(30):
+                    for direction in ("out", "in"):
+                        assert got(g, v, direction, back) == expected(epochs[back - 1][1], v, direction), (e, back, v)
+    ever = len({k for changed, _ in epochs for k in changed})
+    assert most < ever / 2, (most, ever)
