@@ -214,7 +214,9 @@ class ResultStore:
                     top[algo] = top_of(ranks[algo])[:shown]
                 else:
                     order, ranks[algo] = rank_order(np.asarray(scores), present)
-                    top[algo] = order[:shown]
+                    # A copy: a slice would keep the whole order (8 bytes per vertex) alive for as
+                    # long as the epoch is retained, memory-mapped or not.
+                    top[algo] = order[:shown].copy()
             info = r.info()
             # An archived epoch given with its ranks is read from its file already.
             views.append(EpochView(r, info, top, ranks, kept_json(info), cold=r.epoch in (ranks_of or {})))

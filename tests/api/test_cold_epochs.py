@@ -115,3 +115,25 @@ def test_a_restart_serves_archived_epochs_memory_mapped_with_their_ranks(tmp_pat
     with TestClient(create_app(again)) as b:
         for path, body in before.items():
             assert b.get(path).content == body, path
+
+
+def test_a_retained_epoch_keeps_its_top_not_its_whole_order(tmp_path):
+    """Per retained epoch the store keeps the top TOP_CACHE ids, not an array per vertex behind them."""
+    from api.store import TOP_CACHE
+
+    n = 20 * TOP_CACHE
+    rng = np.random.default_rng(1)
+    store = ResultStore(retain=10, archive=ResultArchive(tmp_path / "results", 10))
+    names = [f"v{i}" for i in range(n)]
+    for e in range(1, 6):
+        r = EpochResult(
+            epoch=e, vector={"p:0": e}, records=e, vertices=n, edges=0, committed_at=time.time(), commit_ms=1.0,
+            timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0}, scores={"pagerank": rng.random(n)},
+            out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
+            present=np.ones(n, bool) if e % 2 else None,
+        )
+        store.add([r], names if e == 1 else [])
+    for v in store.recent(10):
+        top = v.top["pagerank"]
+        held = top.base.nbytes if isinstance(top.base, np.ndarray) else top.nbytes
+        assert held <= TOP_CACHE * top.itemsize, (v.result.epoch, held)
