@@ -5,14 +5,21 @@ archives each new epoch itself). With a :class:`~api.archive.ResultArchive` to
 resume from, on its first poll after a start it puts the archived epochs from
 before the restart in front of the live ones (the archive decides whether they
 belong).
+
+What comes over from the compute actor is copied into this process's own memory at once
+(:func:`owned`): Ray hands big arrays over as views of its shared object store, and one view kept
+(the newest epochs' scores, the applications' current arrays) pins the whole object of that poll,
+every result and edge change in it, until the view goes; the store filled and spilled to disk.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
 import ray
 
 from api.archive import ResultArchive
@@ -22,6 +29,21 @@ log = logging.getLogger(__name__)
 
 # Polls per second: well under the epoch interval, so an epoch shows up within ~100 ms.
 POLL_S = 0.1
+
+
+def owned(obj: Any) -> Any:
+    """``obj`` with every array that does not own its memory (a view of Ray's object store) copied."""
+    if isinstance(obj, np.ndarray):
+        return obj if obj.flags.owndata else obj.copy()
+    if isinstance(obj, dict):
+        return {k: owned(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [owned(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(owned(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: owned(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
+    return obj
 
 
 class ResultFeed:
@@ -47,6 +69,7 @@ class ResultFeed:
 
     def poll(self) -> list[EpochView]:
         results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names)))
+        results = owned(results)
         if not self._resumed and results and self._archive is not None:
             self._resumed = True
             earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
