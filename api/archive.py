@@ -8,7 +8,10 @@ or the epoch log.
 
 A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk
 (no edge changes, none of the per-vertex application arrays that the store keeps
-as undo records: :data:`PER_VERTEX_APPS`) and the ranks the API computed for it.
+as undo records: :data:`PER_VERTEX_APPS`), the ranks the API computed for it, and
+the graph view's undo record of the epoch (:mod:`api.graph`: the slots it changed
+and their state before), so that a cold epoch's undo record is read from the file
+too.
 Its arrays are stored raw and 64-byte aligned after a small pickled header, so a
 reader maps them (``np.memmap``) instead of loading them: the API keeps only its
 newest epochs in memory and serves the older retained ones from these files
@@ -182,7 +185,7 @@ class ResultArchive:
         self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
         # Epochs whose write failed (a full disk, no file descriptor left), oldest first: written again,
         # in order, before any newer one, so that a passing fault leaves no gap in the archive.
-        self._unsaved: list[tuple[EpochResult, dict | None]] = []
+        self._unsaved: list[tuple[EpochResult, dict | None, dict | None]] = []
 
     def _path(self, epoch: int) -> Path:
         return self.root / f"epoch-{epoch:012d}.res"
@@ -190,38 +193,45 @@ class ResultArchive:
     def _epochs(self) -> list[int]:
         return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name)))
 
-    def _load(self, epoch: int, verify: bool = True) -> tuple[EpochResult, dict | None] | None:
-        """The archived epoch and its ranks (memory-mapped), or None when the file does not check out."""
+    def _load(self, epoch: int, verify: bool = True) -> tuple[EpochResult, dict | None, dict | None] | None:
+        """The archived epoch, its ranks and its graph undo record (memory-mapped), or None when the
+        file does not check out."""
         try:
             got = read_mapped(self._path(epoch), verify)
-            result, ranks = got["result"], got["ranks"]
+            result, ranks, undo = got["result"], got["ranks"], got.get("undo")
         except (ArchiveError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, KeyError, ValueError) as exc:
             log.warning("result archive: skipping epoch %d (%s)", epoch, exc)
             return None
-        return (result, ranks) if isinstance(result, EpochResult) and result.epoch == epoch else None
+        return (result, ranks, undo) if isinstance(result, EpochResult) and result.epoch == epoch else None
 
     def mapped(self, epoch: int) -> tuple[EpochResult, dict | None] | None:
         """An epoch this archive wrote, read back memory-mapped (not verified: this process just wrote it)."""
+        got = self.mapped_with_undo(epoch)
+        return None if got is None else (got[0], got[1])
+
+    def mapped_with_undo(self, epoch: int) -> tuple[EpochResult, dict | None, dict | None] | None:
+        """As :meth:`mapped`, and the graph undo record saved with the epoch (None: none was)."""
         return self._load(epoch, verify=False) if epoch <= self.latest else None
 
-    def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None) -> None:
+    def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None,
+             undo: dict[int, dict[str, np.ndarray]] | None = None) -> None:
         """Write the epochs newer than the archive's newest (older ones are there already), each with
-        its ranks when given, then drop what falls out of the retention. A disk error is logged, not
+        its ranks and its graph undo record when given, then drop what falls out of the retention. A disk error is logged, not
         raised: serving goes on from memory, and the epochs not written are tried again, first, at the
         next save (while they are retained)."""
-        queued = {r.epoch for r, _ in self._unsaved}
+        queued = {r.epoch for r, _, _ in self._unsaved}
         for r in sorted(results, key=lambda r: r.epoch):
             if r.epoch <= self.latest or r.epoch in queued:
                 continue
             apps = {name: {k: v for k, v in (got or {}).items() if k not in PER_VERTEX_APPS.get(name, ())}
                     for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
-            self._unsaved.append((light, (ranks or {}).get(r.epoch)))
+            self._unsaved.append((light, (ranks or {}).get(r.epoch), (undo or {}).get(r.epoch)))
         del self._unsaved[: max(0, len(self._unsaved) - self.retain)]  # those would be pruned at once
         while self._unsaved:
-            light, got = self._unsaved[0]
+            light, got, u = self._unsaved[0]
             try:
-                write_mapped(self._path(light.epoch), {"result": light, "ranks": got})
+                write_mapped(self._path(light.epoch), {"result": light, "ranks": got, "undo": u})
             except OSError as exc:
                 log.error("result archive: epoch %d not kept on disk yet (%d waiting): %s. It is tried again with the "
                           "next epoch; operator action if this repeats: check the disk and the open files limit under %s.",
@@ -259,8 +269,8 @@ class ResultArchive:
             self._clear(epochs, k, "its epochs are not the history the pipeline recovered")
             return []
         got = [x for x in (self._load(e) for e in older) if x is not None]
-        loaded = [r for r, _ in got]
-        self.loaded_ranks = {r.epoch: ranks for r, ranks in got if ranks is not None}
+        loaded = [r for r, _, _ in got]
+        self.loaded_ranks = {r.epoch: ranks for r, ranks, _ in got if ranks is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
         self.latest = max(e for e in epochs if e < k)
         for e in epochs:

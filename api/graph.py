@@ -27,7 +27,8 @@ Layout (all NumPy, no Python object per edge):
   of a vertex as of a retained epoch are a subset of its slots now. 24 bytes
   per edge.
 * **Undo records.** Per retained epoch, the slots it changed (sorted) and their
-  state *before* it. The state of a few slots as of epoch ``E`` is the current
+  state *before* it (once the epoch is cold, read from its result archive file,
+  memory-mapped: :meth:`GraphHistory.map_undo`). The state of a few slots as of epoch ``E`` is the current
   state with the undo records of epochs ``> E`` applied, newest first; a
   neighbors query touches only the slots of one vertex. 20 bytes per change.
 
@@ -219,6 +220,30 @@ class GraphHistory:
             if self.epoch == 0:
                 self._first = epoch
             self.epoch = epoch
+
+    def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
+        """The undo record of ``epoch`` (the newest applied) as arrays, for the result archive to keep."""
+        with self._lock:
+            u = self._undo[-1] if self._undo else None
+            if u is None or u.epoch != epoch:
+                return None
+            return {"slots": u.slots, "mult": u.mult, "weight": u.weight}
+
+    def map_undo(self, epoch: int, arrays: dict[str, np.ndarray]) -> bool:
+        """Read the undo record of ``epoch`` from ``arrays`` from now on: the same values, memory-mapped
+        from the archive, so the retained history costs disk, not memory. False (nothing changed) when
+        the record is not retained or the arrays are not its own."""
+        with self._lock:
+            for u in self._undo:
+                if u.epoch != epoch:
+                    continue
+                s, m, w = (np.asanyarray(arrays.get(k, np.zeros(0))) for k in ("slots", "mult", "weight"))
+                if not (len(s) == len(m) == len(w) == len(u.slots)):
+                    return False
+                if len(s):
+                    u.slots, u.mult, u.weight = s, m, w
+                return True
+            return False
 
     def _release(self, dropped: _Undo) -> None:
         """Free the slots whose edge has nothing left and whose last change was the epoch of ``dropped``,

@@ -11,7 +11,8 @@ the epochs' edge changes in :class:`~api.graph.GraphHistory`.
 With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
 and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
 memory-mapped: the per-vertex arrays of 120 retained epochs would otherwise
-cost ~32 bytes per vertex each. The answers are the same bytes either way.
+cost ~32 bytes per vertex each. So is the graph view's undo record of each cold
+epoch (24 bytes per edge it changed). The answers are the same bytes either way.
 
 The algorithms are whatever score arrays the epochs carry; nothing here names one.
 """
@@ -222,15 +223,19 @@ class ResultStore:
             views.append(EpochView(r, info, top, ranks, kept_json(info), cold=r.epoch in (ranks_of or {})))
         # Merged outside the lock: two sorted runs, which timsort merges in linear time.
         sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
+        undo: dict[int, dict[str, np.ndarray]] = {}
         for v in views:
             full = bool(getattr(v.result, "full_changes", False))
             if v.result.edge_changes is not None or full:  # archived epochs carry no graph
                 skipped = v.result.skipped
                 self.graph.apply(v.result.epoch, v.result.edge_changes, full, skipped[0] if skipped else None)
                 v.result.edge_changes = None  # the graph history has them now
+                rec = self.graph.undo_record(v.result.epoch)
+                if rec is not None:
+                    undo[v.result.epoch] = rec
             self._keep_apps(v)
         if self.archive is not None and notify:
-            self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views})
+            self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo)
         with self._lock:
             for name in new_names:
                 self.index[name] = len(self.names)
@@ -277,12 +282,14 @@ class ResultStore:
         for v in views:
             if v.cold:
                 continue
-            got = self.archive.mapped(v.result.epoch)
+            got = self.archive.mapped_with_undo(v.result.epoch)
             if got is None:
                 continue  # not archived (a disk error): it stays in memory
-            result, ranks = got
+            result, ranks, undo = got
             if ranks is not None:
                 v.ranks = ranks
+            if undo is not None:
+                self.graph.map_undo(v.result.epoch, undo)
             v.result = result
             v.cold = True
 
