@@ -1,7 +1,9 @@
-"""The packages stay free of undefined names, unused imports and syntax errors (ruff's F and E9 rules)."""
+"""The packages stay free of undefined names, unused imports and syntax errors (ruff's F and E9 rules),
+and in rooms a newcomer can find: no module over 500 lines, no function over 100."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -15,3 +17,23 @@ def test_ruff_finds_nothing():
         cwd=TOP, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+PACKAGES = ("ingest", "snapshots", "compute", "api", "pulsegraph")
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_module_over_500_lines_and_no_function_over_100():
+    too_big = []
+    for path in sorted(p for pkg in PACKAGES for p in (TOP / pkg).rglob("*.py")):
+        src = path.read_text()
+        name = path.relative_to(TOP)
+        if len(src.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{name}: {len(src.splitlines())} lines")
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_big.append(f"{name}:{node.lineno} {node.name}: {lines} lines")
+    assert not too_big, "split these: " + "; ".join(too_big)
