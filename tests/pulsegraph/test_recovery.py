@@ -174,16 +174,19 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
         recovered = p.store.graph.kept_from
         assert 1 < recovered <= max(before) + 1
         client = TestClient(create_app(p.store))
-        epochs = [e["epoch"] for e in client.get("/v1/epochs", params={"limit": 1000}).json()["items"]]
-        assert epochs == list(range(view.result.epoch, 0, -1)), "one history across the restart, no gap"
-        for e in range(1, recovered):
+        items = client.get("/v1/epochs", params={"limit": 1000}).json()["items"]
+        # Every epoch, less those merged into a later ranked one (ranking slower than the 50 ms cuts).
+        skipped = {s for e in items for s in e["skipped"]}
+        epochs = [e["epoch"] for e in items]
+        assert epochs == [e for e in range(view.result.epoch, 0, -1) if e not in skipped], "one history across the restart, no gap"
+        for e in sorted(x for x in before if x < recovered):
             got = client.get(f"/v1/epochs/{e}").json()
             assert got == orjson.loads(orjson.dumps(before[e].info)), "served as it was before the restart"
             top = client.get("/v1/rank/top", params={"epoch": e, "k": 5}).json()["items"]
             assert [t["vertex"] for t in top] == [p.store.names[i] for i in before[e].top["pagerank"][:5]]
         v = top[0]["vertex"]
         history = client.get(f"/v1/vertices/{v}/history", params={"limit": 1000}).json()["items"]
-        assert [h["epoch"] for h in history][:2] == [min(before), min(before) + 1]
+        assert [h["epoch"] for h in history][:2] == sorted(before)[:2]
         old = client.get(f"/v1/vertices/{v}/neighbors", params={"epoch": recovered - 1})
         assert old.status_code == 404 and old.json()["error"]["code"] == "graph_not_retained"
         assert client.get(f"/v1/vertices/{v}/neighbors", params={"epoch": recovered}).status_code == 200
