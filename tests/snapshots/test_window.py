@@ -3,7 +3,7 @@
 The definition (README, "Sliding windows"): the watermark ``W_e`` is the largest
 event time among the transactions below ``V_e``; ``S_e`` holds exactly the
 transactions below ``V_e`` with event time in ``(W_e - T, W_e]``; a transaction's
-time is the largest ``ts`` among its events. The reference below builds ``S_e``
+time is the largest ``ts`` among its events. The reference (``tests.graphref.window_reference``) builds ``S_e``
 from that text alone; the stores must hold it at every epoch, whatever the
 delivery order, the re-deliveries, the cuts, the shard count, and across a
 restore from a checkpoint.
@@ -22,7 +22,7 @@ from ingest.batch import Router
 from ingest.events import EdgeUpdate
 from snapshots.store import ShardStore
 from snapshots.window import TimeLog
-from tests.graphref import merge
+from tests.graphref import merge, window_reference
 from tests.snapshots.streams import MULTI, TYPES, VERTICES, WEIGHTS
 
 WINDOW = 5.0
@@ -49,39 +49,6 @@ record = st.lists(st.one_of(edge_event, edge_event, vertex_event), min_size=1, m
 def windowed_streams(draw):
     n = draw(st.integers(1, 3))
     return {f"p{i}": list(enumerate(draw(st.lists(record, max_size=30)))) for i in range(n)}
-
-
-def tx_time(raw: bytes) -> float:
-    return max(e["ts"] for e in json.loads(raw))
-
-
-def reference(records: dict, vector: dict, window: float) -> tuple[dict, float]:
-    """S_e and W_e, word for word from the definition."""
-    below = [(p, o, raw) for p, recs in records.items() for o, raw in recs if o < vector.get(p, 0)]
-    if not below:
-        return {"vertices": {}, "edges": {}, "first_ts": {}}, -math.inf
-    w = max(tx_time(raw) for _, _, raw in below)
-    edges: dict = {}
-    first: dict = {}
-    stamps: dict = {}
-    attrs: dict = {}
-    for p, o, raw in below:
-        t = tx_time(raw)
-        if not (w - window < t <= w):
-            continue
-        for i, u in enumerate(MULTI(raw)):
-            if isinstance(u, EdgeUpdate):
-                key = (u.src, u.dst, u.type)
-                m, wt = edges.get(key, (0, 0))
-                edges[key] = (m + u.sign, wt + u.sign * u.weight)
-                first[key] = min(first.get(key, math.inf), t if u.sign > 0 else math.inf)
-            else:
-                stamp = (t, p, o, i)
-                if u.id not in stamps or stamp > stamps[u.id]:
-                    stamps[u.id], attrs[u.id] = stamp, u.attrs
-    vertices = {v: None for (s, d, _), (m, _) in edges.items() if m > 0 for v in (s, d)}
-    vertices.update(attrs)
-    return {"vertices": vertices, "edges": edges, "first_ts": first}, w
 
 
 def deliver(stores: list[ShardStore], records: dict, lo: dict, hi: dict, chunk: int) -> float:
@@ -119,8 +86,8 @@ def test_every_epoch_holds_exactly_the_window_of_its_vector_and_a_restore_contin
         vector, epoch = nxt, epoch + 1
         for s in stores:
             s.apply(epoch, vector, watermark if math.isfinite(watermark) else 0.0)
-        want, w = reference(stream, vector, WINDOW)
-        assert w == watermark or not math.isfinite(w)
+        want, w = window_reference(stream, vector, WINDOW, "multi")
+        assert w == watermark or w is None
         got = merge([s.snapshot() for s in stores])
         assert got == want
         if epoch == restored_at:  # a checkpoint here, and a restart from it
