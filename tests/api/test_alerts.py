@@ -75,6 +75,17 @@ def rule(book: AlertBook, **spec):
     return book.add(TypeAdapter(RuleSpec).validate_python(spec))
 
 
+def two_epochs_and_a_top_2_rule(retain: int) -> tuple[ResultStore, AlertBook, list]:
+    """A store holding the first two of :func:`epochs` and a book whose one rule watches PageRank's top 2."""
+    store = ResultStore(retain=retain)
+    book = AlertBook(store)
+    rule(book, kind="top_k", k=2)
+    rs = epochs()
+    store.add(rs[:1], NAMES)
+    store.add(rs[1:2], [])
+    return store, book, rs
+
+
 def seen(book: AlertBook, epoch: int) -> list[tuple]:
     got = book.epoch_alerts(epoch)
     assert got is not None
@@ -165,12 +176,7 @@ def test_a_rule_made_later_applies_from_the_epoch_after_the_newest_and_after_the
 
 
 def test_the_oldest_retained_epoch_has_no_alerts_as_after_a_restart():
-    store = ResultStore(retain=2)
-    book = AlertBook(store)
-    rule(book, kind="top_k", k=2)
-    rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
+    store, book, rs = two_epochs_and_a_top_2_rule(retain=2)
     assert len(seen(book, 3)) == 2
     store.add(rs[2:], [])  # 1 leaves the retention: 3 is now the oldest, with nothing before it
     assert seen(book, 3) == []
@@ -180,12 +186,7 @@ def test_the_oldest_retained_epoch_has_no_alerts_as_after_a_restart():
 
 def test_bounds_per_rule_are_counted_as_dropped(monkeypatch):
     monkeypatch.setattr(alert_rules, "MAX_PER_RULE", 1)
-    store = ResultStore(retain=10)
-    book = AlertBook(store)
-    rule(book, kind="top_k", k=2)
-    rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
+    store, book, rs = two_epochs_and_a_top_2_rule(retain=10)
     got = book.record(3)
     assert [a["subject"] for a in got["alerts"]] == ["v3"] and got["dropped"] == 1
 
@@ -362,12 +363,7 @@ def serving(app):
 
 
 def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_alerts():
-    store = ResultStore(retain=10)
-    book = AlertBook(store)
-    rule(book, kind="top_k", k=2)
-    rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
+    store, book, rs = two_epochs_and_a_top_2_rule(retain=10)
     with serving(create_app(store, alerts=book)) as base:
         frames: list[dict] = []
         with httpx.stream("GET", f"{base}/v1/alerts/stream", params={"since": 0}, timeout=10) as r:
