@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, NamedTuple
 import orjson
 
 from ingest.eventlog import append_durably, makedirs_durably
+from ingest.sources.kafka import kafka_python_config
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,10 @@ MIN_KAFKA_VALUE_BYTES = 1024
 READ_BACK_BYTES = 1 << 20
 READ_BACK_RECORDS = 10_000
 READ_BACK_TIMEOUT_S = 30.0
+# One attempt to write a batch of letters waits this long for the broker's acks; then it is retried,
+# a little later each time up to RETRY_MAX_S (the ingest actor waits meanwhile, its batch not delivered).
+WRITE_TIMEOUT_S = 30.0
+RETRY_MAX_S = 2.0
 
 
 class DeadLetter(NamedTuple):
@@ -172,14 +177,14 @@ class KafkaDeadLetterSink:
             from kafka.admin import KafkaAdminClient, NewTopic
             from kafka.errors import TopicAlreadyExistsError
 
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+            admin = KafkaAdminClient(**kafka_python_config(self.bootstrap))
             try:
                 admin.create_topics([NewTopic(self.topic, 1, 1)])
             except TopicAlreadyExistsError:
                 pass
             finally:
                 admin.close()
-            self._producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", request_timeout_ms=5000)
+            self._producer = KafkaProducer(**kafka_python_config(self.bootstrap, acks="all"))
         return self._producer
 
     def _backwards(self) -> Iterator[tuple[str, int, int]]:
@@ -188,7 +193,7 @@ class KafkaDeadLetterSink:
         from kafka.errors import KafkaTimeoutError
 
         tp = TopicPartition(self.topic, 0)
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, request_timeout_ms=5000)
+        consumer = KafkaConsumer(**kafka_python_config(self.bootstrap, enable_auto_commit=False))
         try:
             consumer.assign([tp])
             begin, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
@@ -237,9 +242,9 @@ class KafkaDeadLetterSink:
                 for d in todo:
                     value, headers = self._value(d)
                     futures.append(producer.send(self.topic, key=d.partition.encode(), value=value, headers=headers))
-                producer.flush()
+                producer.flush(timeout=WRITE_TIMEOUT_S)
                 for f in futures:
-                    f.get(timeout=10)
+                    f.get(timeout=WRITE_TIMEOUT_S)
                 if todo:
                     self._written.newest.update({d.partition: max(self._written.newest.get(d.partition, (-1, -1)), d.key) for d in todo})
                 return
@@ -250,11 +255,14 @@ class KafkaDeadLetterSink:
                 self._max_value = max(MIN_KAFKA_VALUE_BYTES, self._max_value // 8)
                 log.warning("%s refuses dead letters of this size; cutting them to %d bytes", self.topic, self._max_value)
                 self._written.newest = None
-            except KafkaError:
+            except KafkaError as exc:
                 if self._stop is not None and self._stop.is_set():
                     raise
+                if delay == 0.5:  # once per outage, not once per retry
+                    log.warning("could not write %d dead letters to %s (%s); retrying until the broker takes them",
+                                len(letters), self.topic, exc)
                 time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                delay = min(delay * 2, RETRY_MAX_S)
                 self._written.newest = None  # what the failed attempt got through is read back first
 
     def close(self) -> None:

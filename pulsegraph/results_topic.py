@@ -47,6 +47,7 @@ import orjson
 from api.alerts import AlertBook
 from api.exceptions import NotFound
 from api.store import EpochView, ResultStore, certified_ranks, held_in_both, mover_items
+from ingest.sources.kafka import RECONNECT_BACKOFF_MAX_MS
 from pulsegraph.errors import ResultsError
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ class ResultPublisher:
             "enable.idempotence": True,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5,
+            "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             "logger": _librdkafka_log,
         })
         try:

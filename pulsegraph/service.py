@@ -55,9 +55,11 @@ def kafka_sink(bootstrap: str, topic: str):
     def send(records: list[bytes]) -> None:
         from kafka import KafkaProducer
 
+        from ingest.sources.kafka import kafka_python_config
+
         with lock:
             if "producer" not in made:
-                made["producer"] = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+                made["producer"] = KafkaProducer(**kafka_python_config(bootstrap, acks="all", linger_ms=2))
         producer = made["producer"]
         futures = [producer.send(topic, value=r) for r in records]
         producer.flush(timeout=KAFKA_SEND_TIMEOUT_S)

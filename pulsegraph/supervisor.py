@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,9 @@ class Supervisor:
         self.pipeline = pipeline
         self.topic: TopicInfo | None = None  # the Kafka topic as the actors were launched for it
         self._next_topic_check = 0.0
+        self._topic_asking = threading.Event()  # a check is under way on its own thread
+        # What the last check found wrong with the topic as launched, until the watch reads it.
+        self._topic_verdict: tuple[TopicInfo, str] | None = None
 
     def run(self) -> None:
         """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
@@ -89,10 +93,22 @@ class Supervisor:
     def topic_changed(self) -> str | None:
         """Every TOPIC_CHECK_S: why the Kafka topic is not the one the actors were launched for (partitions
         added, or the topic re-created), or None. A relaunch picks up new partitions from their first
-        offset, with their entries in the epoch vector; the launch check stops a re-created topic."""
-        if self.topic is None or time.monotonic() < self._next_topic_check:
+        offset, with their entries in the epoch vector; the launch check stops a re-created topic.
+
+        The broker is asked on a thread of its own: while it is away, describing the topic waits for
+        the client's timeouts (seconds), and the status behind /health must not wait with it."""
+        if self.topic is None:
             return None
-        self._next_topic_check = time.monotonic() + TOPIC_CHECK_S
+        found, self._topic_verdict = self._topic_verdict, None
+        # A verdict on the topic as an earlier launch saw it is stale: that launch already relaunched.
+        verdict = found[1] if found is not None and found[0] is self.topic else None
+        if verdict is None and time.monotonic() >= self._next_topic_check and not self._topic_asking.is_set():
+            self._next_topic_check = time.monotonic() + TOPIC_CHECK_S
+            self._topic_asking.set()
+            threading.Thread(target=self._ask_topic, args=(self.topic,), name="topic-check", daemon=True).start()
+        return verdict
+
+    def _ask_topic(self, launched: TopicInfo) -> None:
         from kafka.errors import KafkaError
 
         from ingest.exceptions import SourceError
@@ -100,12 +116,14 @@ class Supervisor:
         try:
             now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic))
         except (KafkaError, SourceError):
-            return None  # unreachable, or the topic is gone for now: the ingest actors report that
-        if now.topic_id != self.topic.topic_id:
-            return f"Kafka topic {self.pipeline.settings.topic} was re-created (id {self.topic.topic_id}, now {now.topic_id})"
-        if now.partitions > self.topic.partitions:
-            return f"Kafka topic {self.pipeline.settings.topic} grew from {self.topic.partitions} to {now.partitions} partitions"
-        return None
+            return  # unreachable, or the topic is gone for now: the ingest actors report that
+        finally:
+            self._topic_asking.clear()
+        name = self.pipeline.settings.topic
+        if now.topic_id != launched.topic_id:
+            self._topic_verdict = (launched, f"Kafka topic {name} was re-created (id {launched.topic_id}, now {now.topic_id})")
+        elif now.partitions > launched.partitions:
+            self._topic_verdict = (launched, f"Kafka topic {name} grew from {launched.partitions} to {now.partitions} partitions")
 
     def measure_memory(self) -> int:
         """What the budget counts (see pulsegraph.memory): this process tree, or the node when joined to a cluster."""

@@ -18,7 +18,12 @@ import logging
 from typing import Any
 
 from ingest.sources.base import Record
-from ingest.sources.kafka import POLL_TIMEOUT_S, REQUEST_TIMEOUT_MS, BaseKafkaClient
+from ingest.sources.kafka import (
+    POLL_TIMEOUT_S,
+    RECONNECT_BACKOFF_MAX_MS,
+    REQUEST_TIMEOUT_MS,
+    BaseKafkaClient,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 # and _poll handles it.
                 "auto.offset.reset": "error",
                 "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+                "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
                 # librdkafka's own log lines go to Python logging, not to the worker's stderr.

@@ -53,6 +53,23 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
 # A request to a dead broker fails after this long; kafka-python's default (305 s) would hide an outage.
 REQUEST_TIMEOUT_MS = 5000
+# The longest wait between a client's reconnect attempts: a broker back from an outage is fetched from
+# within about this long. The libraries double their wait up to 30 s (kafka-python) or 10 s (librdkafka),
+# which kept a 10 s outage costing 20-40 s; one attempt a second per client is nothing to a broker.
+RECONNECT_BACKOFF_MAX_MS = 1000
+# How long a kafka-python client's constructor waits for a first broker (its default is 30 s).
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
+def kafka_python_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """The settings every kafka-python client of the service is made with (consumer, producer, admin)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "request_timeout_ms": REQUEST_TIMEOUT_MS,
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        **extra,
+    }
 # How often an idle consumer checks that the broker still answers (and measures lag).
 PROBE_S = 2.0
 # How long one fill waits for records: short, so a round over several partitions never stalls.
@@ -284,17 +301,16 @@ class KafkaClient(BaseKafkaClient):
     def _open(self) -> Any:
         from kafka import KafkaConsumer
 
-        consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        consumer = KafkaConsumer(**kafka_python_config(
+            self.bootstrap,
             group_id=self.group,
             enable_auto_commit=False,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
             client_id=f"pulsegraph-{self.topic}",
             # Never the records of aborted transactions (kafka-python's default is read_uncommitted).
             isolation_level="read_committed",
             # Never a silent jump to the log end: an offset out of range raises, and _poll handles it.
             auto_offset_reset="none",
-        )
+        ))
         try:
             tps = self._tps()
             consumer.assign(tps)
@@ -403,7 +419,7 @@ def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
         f"Kafka topic {topic!r} does not exist at {bootstrap}. "
         f"Operator action: create it (pulsegraph produce --partitions P creates it) or fix --topic."
     )
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    admin = KafkaAdminClient(**kafka_python_config(bootstrap))
     try:
         [meta] = admin.describe_topics([topic])
     except UnknownTopicOrPartitionError:
@@ -413,7 +429,7 @@ def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
     if meta.get("error_code") or not meta.get("partitions"):
         raise missing
     numbers = sorted(int(p["partition_index"]) for p in meta["partitions"])
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    consumer = KafkaConsumer(**kafka_python_config(bootstrap))
     try:
         ends = consumer.end_offsets([TopicPartition(topic, p) for p in numbers])
     finally:

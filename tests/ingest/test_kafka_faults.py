@@ -80,7 +80,11 @@ class Service:
             if e is not None and predicate(e):
                 return e
             time.sleep(0.25)
-        raise AssertionError(f"no epoch matched within {timeout}s; log tail:\n" + open(self.log_path, "rb").read()[-3000:].decode(errors="replace"))
+        newest = {k: v for k, v in (self.latest() or {}).items() if k in ("epoch", "vector")}
+        raise AssertionError(
+            f"no epoch matched within {timeout}s; newest epoch {newest}\n/health {self.health()}\nlog tail:\n"
+            + open(self.log_path, "rb").read()[-3000:].decode(errors="replace")
+        )
 
 
 def checkpointed_graph(data_dir) -> tuple[dict, dict]:
