@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 
 from api.archive import ResultArchive
 from api.store import EpochView, ResultStore
@@ -83,8 +84,21 @@ class ResultFeed:
         return views
 
     def _loop(self) -> None:
+        failing: str | None = None  # what the polls keep failing with: logged once, not ten times a second
         while not self._stop.wait(POLL_S):
             try:
                 self.poll()
-            except Exception:  # noqa: BLE001 - keep serving the last epoch; the next poll retries
-                log.exception("result feed poll failed")
+            except RayActorError as exc:
+                # The compute actor died; the supervisor relaunches the pipeline and swaps it in.
+                if failing != "actor":
+                    log.warning("result feed waits for the compute actor to be relaunched (%s)", type(exc).__name__)
+                failing = "actor"
+                continue
+            except Exception as exc:  # noqa: BLE001 - keep serving the last epoch; the next poll retries
+                if failing != repr(exc):
+                    log.exception("result feed poll failed (logged once until it changes or recovers)")
+                failing = repr(exc)
+                continue
+            if failing is not None:
+                log.info("result feed polls again")
+                failing = None

@@ -107,6 +107,8 @@ class IngestActor:
 
     def status(self) -> dict:
         health = [p.health() for p in self._parts]
+        if self._sink.error is not None:  # the loop waits on the broker in the sink, not in the consumer
+            health.append({"connected": False, "error": self._sink.error})
         return {
             "actor": self.actor_id,
             "node": ray.get_runtime_context().get_node_id(),

@@ -51,6 +51,8 @@ READ_BACK_TIMEOUT_S = 30.0
 # a little later each time up to RETRY_MAX_S (the ingest actor waits meanwhile, its batch not delivered).
 WRITE_TIMEOUT_S = 30.0
 RETRY_MAX_S = 2.0
+# A write not acknowledged within this long is reported (the ingest actor's status: disconnected).
+STALLED_S = 2.0
 
 
 class DeadLetter(NamedTuple):
@@ -101,6 +103,9 @@ class _Written:
 
 
 class FileDeadLetterSink:
+    # A file write either succeeds or raises (the ingest actor stops): it never waits in a retry.
+    error: str | None = None
+
     def __init__(self, path: str, starts: dict[str, int] | None = None) -> None:
         self.path = path
         self._written = _Written(starts or {})
@@ -158,9 +163,10 @@ class KafkaDeadLetterSink:
     """Produces each dead letter to ``<topic>.dlq``, keyed by its partition, the reason in a header.
 
     ``write`` returns only once the broker has acknowledged every letter; while the
-    broker is away it retries (the ingest actor waits: its batch is not delivered yet).
-    A retry first reads back what the failed attempt got through, so it too writes
-    each letter once.
+    broker is away it retries (the ingest actor waits: its batch is not delivered yet),
+    and :attr:`error` says why, for the actor's status: the consumer is not polled
+    meanwhile, so only the sink knows the broker is away. A retry first reads back
+    what the failed attempt got through, so it too writes each letter once.
     """
 
     def __init__(self, bootstrap: str, topic: str, stop=None, starts: dict[str, int] | None = None) -> None:
@@ -170,6 +176,18 @@ class KafkaDeadLetterSink:
         self._stop = stop
         self._written = _Written(starts or {})
         self._max_value = MAX_KAFKA_VALUE_BYTES
+        self._failed: str | None = None  # why the write under way is being retried
+        self._since: float | None = None  # when the write under way started
+
+    @property
+    def error(self) -> str | None:
+        """Why the write under way is not through: its last attempt failed, or the broker has not
+        acknowledged it within STALLED_S (an outage: the producer waits in ``flush``)."""
+        if self._failed is not None:
+            return self._failed
+        if self._since is not None and time.monotonic() - self._since > STALLED_S:
+            return f"dead letters to {self.topic}: not acknowledged for {time.monotonic() - self._since:.0f} s"
+        return None
 
     def _ensure(self):
         if self._producer is None:
@@ -232,6 +250,7 @@ class KafkaDeadLetterSink:
         from kafka.errors import KafkaError, MessageSizeTooLargeError
 
         delay = 0.5
+        self._since = time.monotonic()
         while True:
             try:
                 producer = self._ensure()
@@ -247,6 +266,7 @@ class KafkaDeadLetterSink:
                     f.get(timeout=WRITE_TIMEOUT_S)
                 if todo:
                     self._written.newest.update({d.partition: max(self._written.newest.get(d.partition, (-1, -1)), d.key) for d in todo})
+                self._failed = self._since = None
                 return
             except MessageSizeTooLargeError:
                 # This topic takes less than our cut: cut harder (never a retry of the same size).
@@ -258,6 +278,7 @@ class KafkaDeadLetterSink:
             except KafkaError as exc:
                 if self._stop is not None and self._stop.is_set():
                     raise
+                self._failed = f"dead letters to {self.topic}: {type(exc).__name__}: {exc}"
                 if delay == 0.5:  # once per outage, not once per retry
                     log.warning("could not write %d dead letters to %s (%s); retrying until the broker takes them",
                                 len(letters), self.topic, exc)

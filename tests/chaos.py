@@ -8,7 +8,9 @@ a seeded generator:
 - ``kill <role>``: SIGKILL of one actor's process (a shard, an ingest actor, the
   coordinator, the compute actor), as a crash or the kernel's OOM killer would;
 - ``sigkill``: SIGKILL of every process of the service, then a restart;
-- ``broker``: the broker stopped for ``outage_s`` seconds, then started again.
+- ``broker``: the broker stopped for ``outage_s`` seconds, then started again;
+  meanwhile ``/health`` must say ``disconnected`` (status ``degraded``) and the
+  last epoch sealed before the outage must still be served.
 
 After each fault the run waits until the service serves an epoch newer than the
 one it served at the fault, with the ingest running again: the recovery time.
@@ -101,6 +103,19 @@ def _actor_pid(svc: Service, role: str, rng: random.Random, timeout: float = 60.
         time.sleep(0.2)
 
 
+def _outage_is_reported(svc: Service, before: int, outage_s: float) -> None:
+    """While the broker is away (``outage_s`` from now): /health says so within the outage, and the
+    service goes on serving what it sealed before it."""
+    end = time.monotonic() + outage_s
+    health: dict = {}
+    while time.monotonic() < end and health.get("ingest") != "disconnected":
+        time.sleep(0.25)
+        health = svc.health() or {}
+    assert health.get("ingest") == "disconnected" and health.get("status") == "degraded", health
+    assert _served(svc) >= before
+    time.sleep(max(0.0, end - time.monotonic()))
+
+
 def _served(svc: Service) -> int:
     e = svc.latest()
     return e["epoch"] if e else 0
@@ -135,7 +150,7 @@ def run_chaos(broker, topic: str, workdir, faults: int | list[str], seed: int, r
                 svc.start()
             elif fault == "broker":
                 broker.stop()
-                time.sleep(outage_s)
+                _outage_is_reported(svc, before, outage_s)
                 broker.start()
             else:
                 os.kill(_actor_pid(svc, fault.split()[1], rng), signal.SIGKILL)

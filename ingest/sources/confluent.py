@@ -90,6 +90,7 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
+                "on_commit": self._on_commit,
                 # librdkafka's own log lines go to Python logging, not to the worker's stderr.
                 "logger": _librdkafka_log,
             }
@@ -146,12 +147,18 @@ class ConfluentKafkaClient(BaseKafkaClient):
         return {tp.partition: int(tp.offset) for tp in got if tp.offset >= 0}
 
     def _commit(self, offsets: dict[int, int]) -> None:
+        # Asynchronous: librdkafka's synchronous commit has no timeout and waits for the group coordinator
+        # as long as the broker is away, and the ingest loop with it. The outcome comes to _on_commit.
+        self._consumer.commit(offsets=[self._tp(p, o) for p, o in offsets.items()], asynchronous=True)
+
+    def _on_commit(self, err: Any, partitions: list) -> None:
         from confluent_kafka import KafkaException
 
-        done = self._consumer.commit(offsets=[self._tp(p, o) for p, o in offsets.items()], asynchronous=False)
-        failed = [tp for tp in done or [] if tp.error is not None]
-        if failed:
-            raise KafkaException(failed[0].error)
+        failed = [tp for tp in partitions if tp.error is not None]
+        if err is not None or failed:
+            self._commit_failed(KafkaException(err if err is not None else failed[0].error), [tp.partition for tp in failed] or None)
+        else:
+            self._commit_failing = False
 
     def _watermarks_of(self, partition: int) -> tuple[int, int]:
         return self._watermarks(self._consumer, partition)

@@ -100,6 +100,7 @@ class BaseKafkaClient(abc.ABC):
         self._next_try = 0.0
         self._next_probe = 0.0
         self._committed: dict[int, int] = {}
+        self._commit_failing = False
         self.retention_lost: dict[int, int] = {}  # records deleted by retention before they were read
         self._queue_cap = MAX_QUEUED_RECORDS
 
@@ -128,7 +129,8 @@ class BaseKafkaClient(abc.ABC):
 
     @abc.abstractmethod
     def _commit(self, offsets: dict[int, int]) -> None:
-        """Commit ``offsets`` (the first offset not applied, per partition) to the group, synchronously."""
+        """Commit ``offsets`` (the first offset not applied, per partition) to the group, within about
+        REQUEST_TIMEOUT_MS: the ingest loop waits for it, so it must never wait on an absent broker."""
 
     @abc.abstractmethod
     def _watermarks_of(self, partition: int) -> tuple[int, int]:
@@ -271,13 +273,21 @@ class BaseKafkaClient(abc.ABC):
     def commit(self, offsets: dict[int, int]) -> None:
         """Commit durable offsets to the consumer group (monitoring only: failures are logged, not raised)."""
         fresh = {p: o for p, o in offsets.items() if p in self.positions and self._committed.get(p) != o}
-        if not fresh or self._consumer is None:
-            return
+        if not fresh or self._consumer is None or not self.connected:
+            return  # while the broker is away, the next durable epoch commits instead
         try:
             self._commit(fresh)
             self._committed.update(fresh)
         except self._errors() as exc:
-            log.warning("could not commit offsets to group %s: %s", self.group, exc)
+            self._commit_failed(exc)
+
+    def _commit_failed(self, exc: BaseException, partitions: list[int] | None = None) -> None:
+        """A commit did not go through: said once until one does, and retried with the next epoch's."""
+        for p in self._partitions if partitions is None else partitions:
+            self._committed.pop(p, None)
+        if not self._commit_failing:
+            log.warning("could not commit offsets to group %s (lag monitoring only; retried each epoch): %s", self.group, exc)
+        self._commit_failing = True
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -346,7 +356,11 @@ class KafkaClient(BaseKafkaClient):
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
-        self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+        # Bounded: without a timeout kafka-python waits for the group coordinator as long as the broker is away.
+        self._consumer.commit(
+            {TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}, timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+        self._commit_failing = False
 
     def _watermarks_of(self, partition: int) -> tuple[int, int]:
         from kafka import TopicPartition

@@ -95,7 +95,7 @@ def check_rounds(name, rounds):
         assert resolved(fast.take()) == resolved(slow.take())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(rounds=_rounds, name=st.sampled_from(["tweets", "edges"]))
 def test_batch_path_equals_one_record_at_a_time(rounds, name):
     check_rounds(name, rounds)

@@ -1,9 +1,11 @@
-"""Exactly-once under faults, with a real broker: the whole service SIGKILLed and restarted, and a broker outage.
+"""Exactly-once under faults, with a real broker: the whole service SIGKILLed and restarted.
 
 The service runs as a user runs it (``pulsegraph run --source kafka`` in its own
 session, so a kill takes every Ray process it started). Its final graph is read
 from its newest checkpoint and compared, edge for edge, with the reference
-built from the topic's records: that is what an uninterrupted run holds.
+built from the topic's records: that is what an uninterrupted run holds. A
+broker outage, and the death of each kind of actor, are faults of the chaos test
+(tests/ingest/test_chaos.py), which uses the :class:`Service` here.
 """
 
 from __future__ import annotations
@@ -101,13 +103,13 @@ def assert_one_history(data_dir) -> None:
         assert all(b.vector.get(p, 0) >= o for p, o in a.vector.items())
 
 
-# Three kills, not more: each restart of the whole service (Ray included) takes 20-50 s on two cores,
+# Two kills, not more: each restart of the whole service (Ray included) takes 15-50 s on two cores,
 # and the chaos test (tests/ingest/test_chaos.py) and the results-topic test SIGKILL it too.
-def test_sigkill_three_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
+def test_sigkill_twice_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
     topic = kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=10, partitions=4))  # the topic exists before the service starts
     producer = threading.Thread(
-        target=produce, args=(produce_args(kafka_broker, topic, limit=24_000, rate=2500, seed=8, partitions=4),), daemon=True
+        target=produce, args=(produce_args(kafka_broker, topic, limit=16_000, rate=2500, seed=8, partitions=4),), daemon=True
     )
     data = tmp_path / "data"
     svc = Service(kafka_broker, topic, data, tmp_path / "service.log")
@@ -116,7 +118,7 @@ def test_sigkill_three_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_br
     producer.start()
     epochs_seen = []
     try:
-        for _ in range(3):
+        for _ in range(2):
             e = svc.wait_for(lambda e: True, timeout=120)
             time.sleep(rng.uniform(0.3, 2.0))
             epochs_seen.append(e["epoch"])
@@ -130,7 +132,7 @@ def test_sigkill_three_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_br
         records = consume_all(kafka_broker.bootstrap, topic)
         want_vector = end_vector(records)
         final = svc.wait_for(lambda e: e["vector"] == want_vector, timeout=180)
-        assert final["records"] == 24_020
+        assert final["records"] == 16_020
         time.sleep(1.0)  # the checkpoint of the final epoch
     finally:
         svc.stop()
@@ -139,37 +141,3 @@ def test_sigkill_three_times_mid_stream_ends_in_the_uninterrupted_graph(kafka_br
     assert vector == want_vector
     assert graph == reference(records, want_vector, "tweets")
     assert_one_history(data)
-
-
-def test_a_broker_outage_of_10_s_loses_and_duplicates_nothing(kafka_broker, tmp_path):
-    topic = kafka_broker.topic()
-    produce(produce_args(kafka_broker, topic, limit=6000, partitions=2, seed=4))
-    data = tmp_path / "data"
-    svc = Service(kafka_broker, topic, data, tmp_path / "service.log")
-    svc.start()
-    try:
-        before = svc.wait_for(lambda e: e["records"] >= 6000, timeout=120)
-        kafka_broker.stop()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (svc.health() or {}).get("ingest") != "disconnected":
-            time.sleep(0.5)
-        assert (svc.health() or {}).get("ingest") == "disconnected"
-        assert svc.health()["status"] == "degraded"
-        assert svc.latest()["epoch"] >= before["epoch"]  # still serving the last sealed epoch
-        time.sleep(max(0.0, 10 - (30 - (deadline - time.monotonic()))))
-        kafka_broker.start()
-        produce(produce_args(kafka_broker, topic, limit=4000, partitions=2, seed=5))
-        records = consume_all(kafka_broker.bootstrap, topic)
-        want_vector = end_vector(records)
-        final = svc.wait_for(lambda e: e["vector"] == want_vector, timeout=180)
-        assert final["records"] == 10_000
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (svc.health() or {}).get("ingest") != "running":
-            time.sleep(0.5)
-        assert (svc.health() or {}).get("ingest") == "running"
-        time.sleep(1.0)
-    finally:
-        svc.stop()
-    vector, graph = checkpointed_graph(data)
-    assert vector == want_vector
-    assert graph == reference(records, want_vector, "tweets")
