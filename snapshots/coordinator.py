@@ -165,7 +165,8 @@ class EpochCoordinator:
                     if any(self._progress.get(p, 0) < o for p, o in head.vector.items()):
                         return None
                     self._replay.popleft()
-                    number, vector, records, valid = head.epoch, dict(head.vector), head.records, None
+                    number, vector, records = head.epoch, dict(head.vector), head.records
+                    valid = None if head.valid is None else dict(head.valid)  # None: a log from before it was logged
                     watermark = head.watermark
                 else:
                     vector = dict(self._progress)
@@ -177,7 +178,7 @@ class EpochCoordinator:
                 pending, self._pending = self._pending, []
             if self._window and watermark is None:
                 watermark = self._last.watermark if self._last and self._last.watermark is not None else 0.0
-            epoch = Epoch(number=number, vector=vector, records=records, watermark=watermark if self._window else None)
+            epoch = Epoch(number=number, vector=vector, records=records, watermark=watermark if self._window else None, valid=valid)
             epoch.follows(self._last)
             try:
                 epoch.cut_at = now()

@@ -46,6 +46,8 @@ class Epoch:
     error: str | None = None
     # With a window: W_e, the largest event time among the transactions below the vector.
     watermark: float | None = None
+    # Per partition, the transactions (valid records) below the vector: what a checkpoint stores.
+    valid: dict[str, int] | None = None
 
     def advance(self, to: EpochStatus) -> None:
         if _NEXT.get(self.status) is not to:
@@ -94,25 +96,32 @@ class LogEntry:
     records: int = 0
     cut_at: float = 0.0
     watermark: float | None = None  # with a window: W_e
+    # Per partition, the transactions below the vector: a re-cut epoch can then be checkpointed too
+    # (logs written before it was logged lack it; their re-cut epochs are not checkpointed).
+    valid: dict[str, int] | None = None
 
     @classmethod
     def of(cls, epoch: "Epoch") -> "LogEntry":
-        return cls(epoch.number, dict(epoch.vector), epoch.records, epoch.cut_at, epoch.watermark)
+        valid = None if epoch.valid is None else dict(epoch.valid)
+        return cls(epoch.number, dict(epoch.vector), epoch.records, epoch.cut_at, epoch.watermark, valid)
 
     def to_json(self) -> bytes:
         entry: dict = {"epoch": self.epoch, "vector": self.vector, "records": self.records, "cut_at": self.cut_at}
         if self.watermark is not None:
             # A re-cut after a crash must apply the same window: the watermark is part of the epoch.
             entry["watermark"] = self.watermark
+        if self.valid is not None:
+            entry["valid"] = self.valid
         return json.dumps(entry, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "LogEntry":
         entry = json.loads(raw)
-        watermark = entry.get("watermark")
+        watermark, valid = entry.get("watermark"), entry.get("valid")
         return cls(
             int(entry["epoch"]), {str(p): int(o) for p, o in entry["vector"].items()}, int(entry.get("records", 0)),
             float(entry.get("cut_at", 0.0)), None if watermark is None else float(watermark),
+            None if valid is None else {str(p): int(n) for p, n in valid.items()},
         )
 
 

@@ -9,6 +9,7 @@ vectors, and end in exactly the graph of an uninterrupted run.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 
 import orjson
@@ -21,6 +22,7 @@ from pulsegraph.topology import Pipeline
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import EpochLog
 from tests.graphref import reference
+from tests.ingest.test_kafka_faults import checkpointed_graph
 from tests.pulsegraph.test_pipeline import edge_lines, write
 
 
@@ -157,6 +159,38 @@ def test_without_a_checkpoint_a_restart_recuts_the_logged_history(ray_cluster, t
     finally:
         p.stop()
     assert_log_is_one_history(tmp_path / "data" / "epochs.log")
+
+
+def test_epochs_re_cut_after_a_crash_are_checkpointed(ray_cluster, tmp_path):
+    """The log holds each epoch's per-partition transaction counts, so a re-cut epoch is checkpointed
+    like a new one: after a crash with nothing new to read, the newest checkpoint catches up with the
+    log (it used to stay behind until new records came, and every restart re-cut the same epochs)."""
+    lines = edge_lines(1200, seed=15)
+    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
+    s = settings(tmp_path, rate=1500)
+    p = Pipeline(s).start()
+    p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=60)
+    crash(p)
+    store = CheckpointStore(tmp_path / "data")
+    logged = EpochLog.read(str(tmp_path / "data" / "epochs.log"))
+    # As if the crash had come before the newest checkpoints were written: the log is ahead of them.
+    newest, kept = sorted(int(f.name.split("-")[1]) for f in store.root.iterdir() if (f / "MANIFEST").exists())[-2:][::-1]
+    shutil.rmtree(store.folder(newest))
+    assert store.latest().epoch == kept
+    want = max(e.epoch for e in logged if e.epoch % s.checkpoint_every == 0)
+    p = Pipeline(s.model_copy(update={"rate": None})).start()
+    try:
+        deadline = time.monotonic() + 60
+        while (store.latest().epoch < want) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        p.stop()
+    newest = store.latest()
+    assert newest.epoch >= want, f"the re-cut epochs up to {want} were not checkpointed (newest: {newest.epoch})"
+    entry = next(e for e in EpochLog.read(str(tmp_path / "data" / "epochs.log")) if e.epoch == want)
+    assert entry.valid is not None and sum(entry.valid.values()) == entry.records
+    vector, graph = checkpointed_graph(tmp_path / "data")
+    assert graph == reference(records, vector)
 
 
 def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_path):
