@@ -62,17 +62,19 @@ class RankConfig:
     def from_settings(cls, settings) -> "RankConfig":
         """From the settings' fields (``pulsegraph.settings.Settings``, or a dict of some of them);
         duck-typed so that the compute stage never imports the wiring."""
-        names = {
-            "device": "device", "dtype": "rank_dtype", "tol": "pagerank_tol", "max_iter": "pagerank_max_iter",
-            "tunkrank_p": "tunkrank_p", "push_max_delta": "rank_push_max_delta",
-            "compact_fraction": "rank_compact_fraction",
-        }
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
-        given: dict[str, Any] = {k: get(v) for k, v in names.items() if get(v) is not None}
+        given: dict[str, Any] = {k: get(v) for k, v in RANK_SETTINGS.items() if get(v) is not None}
         return cls(**given)
 
     def replace(self, **kw) -> "RankConfig":
         return RankConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kw})
+
+
+# The settings field behind each RankConfig field: the one place the two are mapped.
+RANK_SETTINGS = {
+    "device": "device", "dtype": "rank_dtype", "tol": "pagerank_tol", "max_iter": "pagerank_max_iter",
+    "tunkrank_p": "tunkrank_p", "push_max_delta": "rank_push_max_delta", "compact_fraction": "rank_compact_fraction",
+}
 
 
 @dataclass(frozen=True)

@@ -297,7 +297,25 @@ class GlobalGraph:
             self.types.append(name)
         return t
 
-    def _live(self, types: tuple[str, ...] | None = None):
+    def type_id(self, name: str) -> int | None:
+        """The id of edge type ``name`` in :attr:`types` and in every ``etype`` column, None if never seen."""
+        return self._type_index.get(name)
+
+    def live_of_type(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, multiplicity, first add time) of the live edges of type ``name`` (empty if none)."""
+        t = self._type_index.get(name)
+        parts = []
+        if t is not None:
+            for se in self._shards.values():
+                keep = (se.mult.view > 0) & (se.etype.view == t)
+                parts.append((se.src.view[keep], se.dst.view[keep], se.mult.view[keep], se.first_ts.view[keep]))
+        if not parts:
+            z = np.zeros(0, np.int64)
+            return z, z, z, np.zeros(0, np.float64)
+        src, dst, mult, first = (np.concatenate(c) for c in zip(*parts))
+        return src, dst, mult, first
+
+    def live(self, types: tuple[str, ...] | None = None):
         """(src, dst, weight) of edges with multiplicity > 0, of ``types`` (None: all)."""
         wanted = None
         if types is not None:
@@ -333,7 +351,7 @@ class GlobalGraph:
 
     def adjacency(self, types: tuple[str, ...] | None = None) -> sp.csr_matrix:
         """n x n CSR, ``A[s, d]`` = summed weight of live (s, d, t) edges over ``types``; negative sums count as 0."""
-        src, dst, w = self._live(types)
+        src, dst, w = self.live(types)
         weights = np.maximum(weight_of(w), 0.0)
         return sp.csr_matrix((weights, (src, dst)), shape=(self.n, self.n))
 

@@ -26,6 +26,8 @@ from api.exceptions import NotFound
 from api.feed import ResultFeed
 from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
+from compute.apps.runner import APP_SETTINGS
+from compute.engine import RANK_SETTINGS
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
 from ingest.sources.kafka import TopicInfo, describe_topic, partition_number
@@ -45,11 +47,9 @@ log = logging.getLogger(__name__)
 # The embedded Ray instance advertises at least this many CPUs: actors hold
 # none while they run, but each needs one to be scheduled.
 MIN_LOCAL_CPUS = 4
-# The settings the compute actor reads (never the whole Settings: no token travels to an actor).
-RANKING_FIELDS = {
-    "device", "rank_dtype", "pagerank_tol", "pagerank_max_iter", "tunkrank_p", "rank_push_max_delta", "rank_compact_fraction",
-    "landmarks", "landmark_drift", "topics_budget",
-}
+# The settings the compute actor reads (never the whole Settings: no token travels to an actor),
+# as the compute stage's configs name them.
+RANKING_FIELDS = {*RANK_SETTINGS.values(), *APP_SETTINGS}
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 

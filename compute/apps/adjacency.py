@@ -348,7 +348,7 @@ class AppAdjacency:
         """Every table from the graph's columns (the typed ones asked for so far, too)."""
         self.builds += 1
         n = g.n
-        src, dst, _ = g._live()
+        src, dst, _ = g.live()
         # SciPy's COO -> CSR is a counting sort by row (O(edges + vertices)), then a sort within rows.
         m = sp.csr_matrix((np.ones(len(src), dtype=np.int32), (src, dst)), shape=(n, n))
         m.sum_duplicates()
@@ -367,17 +367,7 @@ class AppAdjacency:
     def _typed_from(self, g: GlobalGraph, etype: str, values: bool) -> RowTable:
         """The live edges of one type, gathered from the shards' columns (with their multiplicity and
         first add time when ``values``)."""
-        parts = []
-        t = g._type_index.get(etype)
-        if t is not None:
-            for se in g._shards.values():
-                keep = (se.mult.view > 0) & (se.etype.view == t)
-                parts.append((se.src.view[keep], se.dst.view[keep], se.mult.view[keep], se.first_ts.view[keep]))
-        if parts:
-            s, d, m, f = (np.concatenate(c) for c in zip(*parts))
-        else:
-            s = d = m = np.zeros(0, np.int64)
-            f = np.zeros(0, np.float64)
+        s, d, m, f = g.live_of_type(etype)
         cols = {"mult": m.astype(np.int64), "first": f.astype(np.float64)} if values else {}
         return RowTable.from_entries(g.n, s, d, cols, **self._kw)
 
@@ -416,7 +406,7 @@ class AppAdjacency:
             self._apply_typed(g, name, changes)
 
     def _apply_typed(self, g: GlobalGraph, etype: str, changes: EdgeChanges) -> None:
-        t = g._type_index.get(etype)
+        t = g.type_id(etype)
         if t is None:
             return
         if changes.first_ts is None:

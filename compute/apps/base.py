@@ -125,7 +125,7 @@ class AppGraph:
 
     def first_seen(self, etype: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """The earliest add time of each live (src, dst) edge of ``etype`` (+inf where unknown)."""
-        if etype not in self.g._type_index or not len(src):
+        if self.g.type_id(etype) is None or not len(src):
             return np.full(len(src), np.inf)
         return self.adjacency.typed(self.g, etype).get(src, dst, "first", np.inf)
 

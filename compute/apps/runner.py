@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AppConfig:
+    """The applications' tuning; :data:`APP_SETTINGS` are the fields that come from the settings (same names)."""
+
     landmarks: int = 16
     landmark_drift: float = 0.25
     topics_budget: float | None = None  # None: recount the exposure curves every epoch
@@ -45,8 +47,12 @@ class AppConfig:
     def from_settings(cls, settings) -> AppConfig:
         """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
-        kw: dict[str, Any] = {k: get(k) for k in ("landmarks", "landmark_drift", "topics_budget") if get(k) is not None}
+        kw: dict[str, Any] = {k: get(k) for k in APP_SETTINGS if get(k) is not None}
         return cls(**kw)
+
+
+# The AppConfig fields an operator sets (the settings fields of the same names); the rest are for tests.
+APP_SETTINGS = ("landmarks", "landmark_drift", "topics_budget")
 
 
 class Applications:

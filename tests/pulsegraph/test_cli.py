@@ -26,6 +26,21 @@ def test_every_setting_is_a_flag_that_names_its_variable():
         assert "PULSEGRAPH_" + name.upper() in re.sub(r"\s+", "", text)
 
 
+def test_the_compute_actor_gets_every_ranking_and_application_setting_by_its_name():
+    """The compute configs name their settings once (RANK_SETTINGS, APP_SETTINGS); the wiring sends
+    exactly those fields, and each one set reaches the config."""
+    from compute.apps.runner import AppConfig
+    from compute.engine import RankConfig
+    from pulsegraph.topology import RANKING_FIELDS
+
+    assert RANKING_FIELDS <= set(Settings.model_fields)
+    s = Settings(pagerank_tol=1e-9, pagerank_max_iter=77, tunkrank_p=0.3, landmarks=5, landmark_drift=0.5, topics_budget=0.2)
+    sent = {k: getattr(s, k) for k in RANKING_FIELDS}
+    rank, apps = RankConfig.from_settings(sent), AppConfig.from_settings(sent)
+    assert (rank.tol, rank.max_iter, rank.tunkrank_p) == (1e-9, 77, 0.3)
+    assert (apps.landmarks, apps.landmark_drift, apps.topics_budget) == (5, 0.5, 0.2)
+
+
 def test_invalid_settings_exit_2_with_a_message(capsys):
     assert main(["run", "--shards", "0"]) == 2
     assert "--shards" in capsys.readouterr().err
