@@ -19,7 +19,10 @@ from api.models import (
     TopicPersistenceRule,
     TopKRule,
 )
+from api.queries import app_result
 from api.store import EpochView, ResultStore
+from compute.apps.components import ComponentsResult
+from compute.apps.exposure import TopicsResult
 
 # Alerts one rule raises on one epoch, most notable first ("any vertex of the top 1000" can change
 # wholesale when a graph is young); past it they are counted as dropped, not listed.
@@ -147,21 +150,17 @@ def _rank_move(spec: RankMoveRule, view: EpochView, prev: EpochView, store: Resu
     return len(hit), [("rose" if change[j] > 0 else "fell", names[int(cand[j])], int(old[j]), int(new[j])) for j in hit[:limit].tolist()]
 
 
-def _app(view: EpochView, name: str) -> dict | None:
-    return (getattr(view.result, "apps", None) or {}).get(name)
-
-
 def _component_size(spec: ComponentSizeRule, view: EpochView, prev: EpochView, store: ResultStore, memo: dict, limit: int) -> tuple[int, list[Found]]:
     # The archive keeps each epoch's largest components (not the labels of every vertex), so this reads
     # those: a component is named by its representative, and sizes beyond the largest 1,000 are not seen.
     if "components" not in memo:
-        c, p = _app(view, "components"), _app(prev, "components")
+        c, p = app_result(view, ComponentsResult), app_result(prev, ComponentsResult)
         if c is None or p is None:
             memo["components"] = None
         else:
-            ptop, psizes = np.asarray(p["top"]).tolist(), np.asarray(p["top_sizes"]).tolist()
-            complete = len(ptop) >= int(p["count"])
-            memo["components"] = (list(zip(np.asarray(c["top"]).tolist(), np.asarray(c["top_sizes"]).tolist())),
+            ptop, psizes = np.asarray(p.top).tolist(), np.asarray(p.top_sizes).tolist()
+            complete = len(ptop) >= int(p.count)
+            memo["components"] = (list(zip(np.asarray(c.top).tolist(), np.asarray(c.top_sizes).tolist())),
                                   dict(zip(ptop, psizes)), complete, psizes[-1] if psizes else 0)
     if memo["components"] is None:
         return 0, []
@@ -184,24 +183,28 @@ def _component_size(spec: ComponentSizeRule, view: EpochView, prev: EpochView, s
     return count, out
 
 
+def _as_of(t: TopicsResult, view: EpochView) -> int:
+    return int(view.result.epoch if t.as_of is None else t.as_of)
+
+
 def _topics_pair(view: EpochView, prev: EpochView, memo: dict) -> tuple | None:
     """(tags, users, persistence now, persistence before (NaN: the topic had none)), shared by the rules of one epoch."""
     if "topics" in memo:
         return memo["topics"]
-    t, p = _app(view, "topics"), _app(prev, "topics")
+    t, p = app_result(view, TopicsResult), app_result(prev, TopicsResult)
     got = None
     # Curves are recounted within a time budget: counted at the same epoch, they are the same curves.
-    if t is not None and p is not None and int(t.get("as_of", view.result.epoch)) != int(p.get("as_of", prev.result.epoch)):
-        tags = np.asarray(t["tags"]).astype(np.int64)
-        ptags = np.asarray(p["tags"]).astype(np.int64)
+    if t is not None and p is not None and _as_of(t, view) != _as_of(p, prev):
+        tags = np.asarray(t.tags).astype(np.int64)
+        ptags = np.asarray(p.tags).astype(np.int64)
         order = np.argsort(ptags, kind="stable")
         sorted_tags = ptags[order]
         pos = np.minimum(np.searchsorted(sorted_tags, tags), max(len(ptags) - 1, 0))
         before = np.full(len(tags), np.nan)
         if len(ptags):
             found = sorted_tags[pos] == tags
-            before[found] = np.asarray(p["persistence"], dtype=np.float64)[order][pos[found]]
-        got = (tags, np.asarray(t["users"]), np.asarray(t["persistence"], dtype=np.float64), before)
+            before[found] = np.asarray(p.persistence, dtype=np.float64)[order][pos[found]]
+        got = (tags, np.asarray(t.users), np.asarray(t.persistence, dtype=np.float64), before)
     memo["topics"] = got
     return got
 

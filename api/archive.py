@@ -8,7 +8,7 @@ or the epoch log.
 
 A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk
 (no edge changes, none of the per-vertex application arrays that the store keeps
-as undo records: :data:`PER_VERTEX_APPS`), the ranks the API computed for it, and
+as undo records: each result's ``PER_VERTEX`` fields, :class:`~compute.apps.base.AppResult`), the ranks the API computed for it, and
 the graph view's undo record of the epoch (:mod:`api.graph`: the slots it changed
 and their state before), so that a cold epoch's undo record is read from the file
 too.
@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from compute.apps.base import AppResult
+from compute.apps.runner import typed_results
 from compute.results import EpochResult
 from pulsegraph.errors import PulsegraphError
 
@@ -55,9 +57,6 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch-(\d{12})\.res$")
 MAGIC = b"PGRES2\n"
 _ALIGN = 64
-# The applications' arrays with an entry per vertex (compute.apps): kept by the store as undo
-# records (api.history), not per epoch, and never archived.
-PER_VERTEX_APPS = {"components": ("labels",), "landmarks": ("to", "from")}
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,11 @@ class ResultArchive:
         except (ArchiveError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, KeyError, ValueError) as exc:
             log.warning("result archive: skipping epoch %d (%s)", epoch, exc)
             return None
-        return (result, ranks, undo) if isinstance(result, EpochResult) and result.epoch == epoch else None
+        if not isinstance(result, EpochResult) or result.epoch != epoch:
+            return None
+        if result.apps and any(isinstance(got, dict) for got in result.apps.values()):
+            result = dataclasses.replace(result, apps=typed_results(result.apps))  # archived before results were typed
+        return result, ranks, undo
 
     def mapped(self, epoch: int) -> tuple[EpochResult, dict | None] | None:
         """An epoch this archive wrote, read back memory-mapped (not verified: this process just wrote it)."""
@@ -223,8 +226,8 @@ class ResultArchive:
         for r in sorted(results, key=lambda r: r.epoch):
             if r.epoch <= self.latest or r.epoch in queued:
                 continue
-            apps = {name: {k: v for k, v in (got or {}).items() if k not in PER_VERTEX_APPS.get(name, ())}
-                    for name, got in (r.apps or {}).items()}
+            # The applications' per-vertex arrays are kept by the store as undo records, never archived.
+            apps = {name: got.without_per_vertex() if isinstance(got, AppResult) else got for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
             self._unsaved.append((light, (ranks or {}).get(r.epoch), (undo or {}).get(r.epoch)))
         del self._unsaved[: max(0, len(self._unsaved) - self.retain)]  # those would be pruned at once

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from api.queries import app_result
 from api.store import EpochView, ResultStore
-from compute.apps.landmarks import UNREACHABLE, descend, estimate
+from compute.apps.landmarks import UNREACHABLE, LandmarksResult, descend, estimate
 
 # How many vertices the confirming BFS may expand when the server is not told otherwise: each is one
 # neighbors lookup (~10 us), so the worst case stays around 20 ms per request.
@@ -64,8 +65,8 @@ def find_path(store: ResultStore, view: EpochView, a: int, b: int, budget: int) 
     names = store.names
     if a == b:
         return {"epoch": e, "src": names[a], "dst": names[b], "estimate": 0, "via": None, "path": [names[a]], "exact": True, "distance": 0}
-    lm = (getattr(view.result, "apps", None) or {}).get("landmarks")
-    ids = lm["ids"] if lm is not None else np.zeros(0, np.int32)
+    lm = app_result(view, LandmarksResult)
+    ids = lm.ids if lm is not None else np.zeros(0, np.int32)
     rows = np.arange(len(ids), dtype=np.int64)
     est, j = (None, None)
     if len(ids):

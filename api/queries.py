@@ -7,13 +7,18 @@ beyond raising the API's errors for what is not there. Everything is read from t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
 
 from api.exceptions import ApiError, NotFound
 from api.store import EpochView, ResultStore, held_in_both, mover_items
+from compute.apps.base import AppResult
+from compute.apps.components import ComponentsResult
+from compute.apps.exposure import TopicsResult
+from compute.apps.runner import RESULT_TYPES
+from compute.apps.trends import TrendsResult
 from ingest.events import WEIGHT_SCALE
 
 
@@ -60,16 +65,26 @@ def top_body(store: ResultStore, k: int, algo: str, epoch: int | None, quiet: bo
     return b'{"epoch":%d,"algo":%s,%s,"items":[%s]}' % (view.result.epoch, orjson.dumps(algo), cert, b",".join(items))
 
 
-def apps_of(view: EpochView, name: str) -> dict:
-    got = (getattr(view.result, "apps", None) or {}).get(name)
+R = TypeVar("R", bound=AppResult)
+
+
+def app_result(view: EpochView, kind: type[R]) -> R | None:
+    """The epoch's result of the application that publishes ``kind``, or None (off, or an epoch before it)."""
+    return next((r for r in (getattr(view.result, "apps", None) or {}).values() if isinstance(r, kind)), None)
+
+
+def apps_of(view: EpochView, kind: type[R]) -> R:
+    """As :func:`app_result`; a 404 when the epoch has none."""
+    got = app_result(view, kind)
     if got is None:
+        name = next((n for n, t in RESULT_TYPES.items() if t is kind), kind.__name__)
         raise NotFound(f"epoch {view.result.epoch} has no {name}", code="app_not_in_epoch")
     return got
 
 
 def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
     e, n = view.result.epoch, view.result.known_vertices()
-    if "components" not in (getattr(view.result, "apps", None) or {}) or not store.components.covers(e):
+    if app_result(view, ComponentsResult) is None or not store.components.covers(e):
         return None  # the application is off, or the epoch is from before a restart (labels not archived)
     label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
     if label < 0:
@@ -141,42 +156,40 @@ def movers(store: ResultStore, algo: str, from_: int | None, to: int | None, k: 
 
 def topics(store: ResultStore, sort: str, k: int, epoch: int | None) -> dict:
     view = store.get(epoch)
-    t = apps_of(view, "topics")
-    tags = t["tags"]
+    t = apps_of(view, TopicsResult)
+    tags = t.tags
     if sort == "controversy":
         order = np.arange(len(tags))  # published in this order
     else:
-        key = t["usage"] if sort == "usage" else t["users"]
+        key = t.usage if sort == "usage" else t.users
         order = np.lexsort((tags, -key))
     names = store.names
     items = []
     for i in order[:k].tolist():
-        curve = t["curve"][i]
         items.append({
-            "hashtag": names[int(tags[i])], "usage": int(t["usage"][i]), "users": int(t["users"][i]),
-            "persistence": float(t["persistence"][i]),
-            "curve": [None if np.isnan(x) else float(x) for x in curve.tolist()],
-            "exposed": [int(x) for x in t["reached"][i].tolist()],
+            "hashtag": names[int(tags[i])], "usage": int(t.usage[i]), "users": int(t.users[i]),
+            "persistence": float(t.persistence[i]),
+            "curve": [None if np.isnan(x) else float(x) for x in t.curve[i].tolist()],
+            "exposed": [int(x) for x in t.reached[i].tolist()],
         })
-    return {"epoch": view.result.epoch, "as_of": int(t.get("as_of", view.result.epoch)), "sort": sort, "items": items}
+    as_of = view.result.epoch if t.as_of is None else t.as_of
+    return {"epoch": view.result.epoch, "as_of": int(as_of), "sort": sort, "items": items}
 
 
 def components(store: ResultStore, k: int, epoch: int | None) -> dict:
     view = store.get(epoch)
-    c = apps_of(view, "components")
+    c = apps_of(view, ComponentsResult)
     names = store.names
     items = [
         {"rank": r + 1, "id": names[v], "size": int(sz)}
-        for r, (v, sz) in enumerate(zip(c["top"][:k].tolist(), c["top_sizes"][:k].tolist()))
+        for r, (v, sz) in enumerate(zip(c.top[:k].tolist(), c.top_sizes[:k].tolist()))
     ]
-    return {"epoch": view.result.epoch, "count": int(c["count"]), "items": items}
+    return {"epoch": view.result.epoch, "count": int(c.count), "items": items}
 
 
 def usage_of(view: EpochView) -> dict[int, int]:
-    t = (getattr(view.result, "apps", None) or {}).get("trends")
-    if t is None:
-        raise NotFound(f"epoch {view.result.epoch} has no trends", code="app_not_in_epoch")
-    return dict(zip(t["tags"].tolist(), t["usage"].tolist()))
+    t = apps_of(view, TrendsResult)
+    return dict(zip(t.tags.tolist(), t.usage.tolist()))
 
 
 def trends(store: ResultStore, from_: int | None, to: int | None, k: int) -> dict:
@@ -213,11 +226,11 @@ def usage(store: ResultStore, tag: str, limit: int) -> dict:
     i = store.vertex_id(tag)
     points: list[dict[str, Any]] = []
     for v in store.recent(limit):
-        t = (getattr(v.result, "apps", None) or {}).get("trends")
+        t = app_result(v, TrendsResult)
         if t is None or not v.result.holds(i):
             continue
-        pos = np.searchsorted(t["tags"], i)
-        used = int(t["usage"][pos]) if pos < len(t["tags"]) and t["tags"][pos] == i else 0
+        pos = np.searchsorted(t.tags, i)
+        used = int(t.usage[pos]) if pos < len(t.tags) and t.tags[pos] == i else 0
         points.append({"epoch": v.result.epoch, "usage": used})
     points.reverse()
     for prev, p in zip([None, *points], points):

@@ -33,6 +33,9 @@ from api.archive import ResultArchive
 from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory
+from compute.apps.base import AppResult
+from compute.apps.components import ComponentsResult
+from compute.apps.landmarks import LandmarksResult
 from compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -297,14 +300,16 @@ class ResultStore:
         """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts."""
         apps = getattr(v.result, "apps", None) or {}
         e = v.result.epoch
-        # Keys as in PER_VERTEX_APPS.
-        comp = apps.get("components")
-        if comp is not None and comp.get("labels") is not None:
-            self.components.push(e, comp.pop("labels"))
-        lm = apps.get("landmarks")
-        if lm is not None and lm.get("to") is not None:
-            self.landmarks_to.push(e, lm.pop("to"))
-            self.landmarks_from.push(e, lm.pop("from"))
+        histories = {
+            (ComponentsResult, "labels"): self.components,
+            (LandmarksResult, "dist_to"): self.landmarks_to, (LandmarksResult, "dist_from"): self.landmarks_from,
+        }
+        for name, r in list(apps.items()):
+            arrays = r.per_vertex() if isinstance(r, AppResult) else {}
+            if arrays and all((type(r), f) in histories for f in arrays):  # else the view keeps them whole
+                for f, a in arrays.items():
+                    histories[(type(r), f)].push(e, a)
+                apps[name] = r.without_per_vertex()
 
     @property
     def algorithms(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compute.apps.base import AppResult
 from compute.graph import EdgeChanges
 
 
@@ -41,9 +42,9 @@ class EpochResult:
     # the changes into the resident graph and copying the scores to the host.
     methods: dict[str, str] = field(default_factory=dict)
     graph_ms: float = 0.0
-    # The applications' host data by name ("components", "trends", "topics", "landmarks"; see compute.apps),
-    # and the milliseconds each took.
-    apps: dict = field(default_factory=dict)
+    # Each application's result by its name ("components", "trends", "topics", "landmarks"; one
+    # compute.apps.base.AppResult each, typed per application), and the milliseconds each took.
+    apps: dict[str, AppResult] = field(default_factory=dict)
     apps_ms: dict[str, float] = field(default_factory=dict)
     # Sealed epochs merged into this one without results of their own (the compute stage had
     # fallen behind the cuts and ranked the newest): the API serves none of them.

@@ -12,6 +12,7 @@ from api.deps import JSON, MAX_ID_BYTES, Ctx, EpochQ, errors
 from api.exceptions import Unavailable
 from api.models import PathAnswer
 from api.paths import find_path
+from compute.apps.landmarks import LandmarksResult
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def paths(
     store = ctx.store
     view = store.get(epoch)
     a, b = queries.vertex_in(store, view, src), queries.vertex_in(store, view, dst)
-    queries.apps_of(view, "landmarks")
+    queries.apps_of(view, LandmarksResult)
     try:
         return JSON(find_path(store, view, a, b, ctx.path_bfs_budget))
     except ValueError as exc:  # the epoch's distances and graph disagree: a bug, said plainly, not a 500

@@ -14,8 +14,9 @@ before and after always name one (src, dst, type). Must not touch the rank engin
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -171,11 +172,31 @@ class AppDelta:
         )
 
 
+@dataclass(frozen=True)
+class AppResult:
+    """What an application publishes for one epoch (a frozen dataclass of host arrays and numbers).
+    :attr:`PER_VERTEX` names the fields with one entry per vertex id: the big ones, which the API keeps
+    as undo records beside the graph (``api.store``) and leaves out of archived epochs (``api.archive``);
+    an application declares them here, in its result, and nowhere else."""
+
+    PER_VERTEX: ClassVar[tuple[str, ...]] = ()
+
+    def without_per_vertex(self) -> AppResult:
+        """This result with its per-vertex fields left out (None): what an archived epoch keeps."""
+        return dataclasses.replace(self, **{f: None for f in self.PER_VERTEX}) if self.PER_VERTEX else self
+
+    def per_vertex(self) -> dict[str, np.ndarray]:
+        """The per-vertex fields that are there, by name."""
+        return {f: getattr(self, f) for f in self.PER_VERTEX if getattr(self, f) is not None}
+
+
 class Application(abc.ABC):
     """One algorithm over the sealed epochs. ``previous`` is what the last call returned; the state may be
-    updated in place, and :meth:`publish` makes the host copies an :class:`~compute.results.EpochResult` carries."""
+    updated in place, and :meth:`publish` makes the host copies an :class:`~compute.results.EpochResult` carries
+    (an instance of :attr:`result`)."""
 
     name: str = ""
+    result: type[AppResult] = AppResult
 
     @abc.abstractmethod
     def initialize(self, graph: AppGraph) -> Any:
@@ -186,5 +207,5 @@ class Application(abc.ABC):
         """The state after ``delta``, from ``previous``; must equal :meth:`initialize` on ``graph``."""
 
     @abc.abstractmethod
-    def publish(self, state: Any) -> Any:
-        """Host copies of what the API serves (plain dicts and NumPy arrays)."""
+    def publish(self, state: Any) -> AppResult:
+        """Host copies of what the API serves, as this application's :attr:`result`."""

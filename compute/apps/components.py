@@ -14,12 +14,13 @@ joins it), and is published with label -1 and counted nowhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from compute.apps.base import AppDelta, AppGraph, Application
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult
 
 # Components reported per epoch, largest first: /v1/components?k= is bounded by it.
 TOP_COMPONENTS = 1000
@@ -47,8 +48,21 @@ def _present(graph: AppGraph) -> np.ndarray | None:
     return None if present is None else present.copy()
 
 
+@dataclass(frozen=True)
+class ComponentsResult(AppResult):
+    """``labels[v]``: the smallest id in v's weakly connected component (-1: v is not in the graph);
+    ``top``, ``top_sizes``: the largest components' labels and sizes, largest first; ``count``: how many."""
+
+    PER_VERTEX: ClassVar[tuple[str, ...]] = ("labels",)
+    labels: np.ndarray | None
+    count: int
+    top: np.ndarray
+    top_sizes: np.ndarray
+
+
 class Components(Application):
     name = "components"
+    result = ComponentsResult
 
     def initialize(self, graph: AppGraph) -> ComponentsState:
         src, dst = graph.pairs()
@@ -84,7 +98,7 @@ class Components(Application):
                 labels = lookup[labels]
         return ComponentsState(labels, _present(graph))
 
-    def publish(self, state: ComponentsState) -> dict:
+    def publish(self, state: ComponentsState) -> ComponentsResult:
         labels = state.labels
         if state.present is not None:
             # An absent vertex has no edge: it is alone in its label, which then simply drops out.
@@ -92,10 +106,5 @@ class Components(Application):
         sizes = np.bincount(labels[labels >= 0], minlength=len(labels)) if len(labels) else np.zeros(0, np.int64)
         comps = np.flatnonzero(sizes)
         order = comps[np.lexsort((comps, -sizes[comps]))][:TOP_COMPONENTS]
-        return {
-            "labels": labels.astype(np.int32),
-            "count": len(comps),
-            "top": order.astype(np.int32),
-            "top_sizes": sizes[order].astype(np.int64),
-        }
+        return ComponentsResult(labels.astype(np.int32), len(comps), order.astype(np.int32), sizes[order].astype(np.int64))
 

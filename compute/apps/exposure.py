@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.base import AppDelta, AppGraph, Application, expand
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult, expand
 
 TAGS = "tags"
 MENTIONS = "mentions"
@@ -214,8 +214,24 @@ def _merged(state: ExposureState, counted: dict[int, Topic], epoch: int, hashtag
     return ExposureState(state.keys, state.epochs, state.times, topics, epoch)
 
 
+@dataclass(frozen=True)
+class TopicsResult(AppResult):
+    """The hashtags' K-exposure curves, most persistent first: per tag (``tags``, vertex ids) its usage,
+    users and persistence, ``curve[i, k-1]`` the share of users exposed k times who adopted (NaN: none
+    exposed k times) and ``reached[i, k-1]`` how many were; ``as_of``: the epoch they were counted at."""
+
+    tags: np.ndarray
+    usage: np.ndarray
+    users: np.ndarray
+    persistence: np.ndarray
+    curve: np.ndarray
+    reached: np.ndarray
+    as_of: int
+
+
 class Exposure(Application):
     name = "topics"
+    result = TopicsResult
 
     def __init__(self, budget: float | None = None) -> None:
         """``budget``: the largest share of wall time the recounts may take (None or 1: every epoch).
@@ -331,7 +347,7 @@ class Exposure(Application):
             self._running = (self._pool.submit(_count_from, inputs, hashtags), graph.epoch, time.monotonic(), hashtags)
         return state
 
-    def publish(self, state: ExposureState) -> dict:
+    def publish(self, state: ExposureState) -> TopicsResult:
         ids = np.array(sorted(state.topics), dtype=np.int64)
         topics = [state.topics[i] for i in ids.tolist()]
         users = np.array([t.users for t in topics], dtype=np.int64)
@@ -346,11 +362,10 @@ class Exposure(Application):
         peak = p.max(axis=1) if len(p) else np.zeros(0)
         persistence = np.where(peak > 0, p.sum(axis=1) / (MAX_K * np.where(peak > 0, peak, 1.0)), 0.0)
         order = np.lexsort((ids, -users, -persistence)) if len(ids) else ids
-        return {
-            "tags": ids[order].astype(np.int32), "usage": usage[order], "users": users[order],
-            "persistence": persistence[order], "curve": curves[order], "reached": reached[order],
-            "as_of": state.as_of,
-        }
+        return TopicsResult(
+            tags=ids[order].astype(np.int32), usage=usage[order], users=users[order], persistence=persistence[order],
+            curve=curves[order], reached=reached[order], as_of=state.as_of,
+        )
 
     # -- checkpoints -------------------------------------------------------------------------
     @staticmethod

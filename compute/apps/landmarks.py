@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from compute.apps.base import INF, AppDelta, AppGraph, Application, Neighbors
+from compute.apps.base import INF, AppDelta, AppGraph, Application, AppResult, Neighbors
 
 # Published distances are uint16; a hop count this large (or INF) reads as unreachable.
 UNREACHABLE = np.uint16(65535)
@@ -168,8 +169,20 @@ class LandmarkState:
         return self.to_buf[:, : self.n]
 
 
+@dataclass(frozen=True)
+class LandmarksResult(AppResult):
+    """Hops (uint16; UNREACHABLE: none) between each landmark and every vertex: ``dist_to[l, v]`` from v
+    to landmark l, ``dist_from[l, v]`` from l to v; ``ids``: the landmarks' vertex ids."""
+
+    PER_VERTEX: ClassVar[tuple[str, ...]] = ("dist_to", "dist_from")
+    ids: np.ndarray
+    dist_to: np.ndarray | None
+    dist_from: np.ndarray | None
+
+
 class Landmarks(Application):
     name = "landmarks"
+    result = LandmarksResult
 
     def __init__(self, count: int = 16, drift: float = 0.25, score: str = "tunkrank") -> None:
         self.count = count
@@ -248,11 +261,11 @@ class Landmarks(Application):
         state.rechosen = rechosen
         return state
 
-    def publish(self, state: LandmarkState) -> dict:
+    def publish(self, state: LandmarkState) -> LandmarksResult:
         def small(d: np.ndarray) -> np.ndarray:
             return np.minimum(d, UNREACHABLE).astype(np.uint16)  # distances are never negative
 
-        return {"ids": state.ids.astype(np.int32), "from": small(state.dist_from), "to": small(state.dist_to)}
+        return LandmarksResult(state.ids.astype(np.int32), small(state.dist_to), small(state.dist_from))
 
 
 def estimate(to_a: np.ndarray, from_b: np.ndarray) -> tuple[int | None, int | None]:

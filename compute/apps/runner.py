@@ -5,12 +5,14 @@ The compute actor calls :meth:`Applications.run` once per epoch after ranking
 first epoch after a restore) or the first epoch builds the applications'
 adjacency from the graph and re-initializes every application; otherwise the
 adjacency takes in the epoch's changes and each application updates from its
-previous state. What comes back is host data only, for
+previous state. What comes back is host data only, one typed result per
+application (:class:`~compute.apps.base.AppResult`), for
 :attr:`compute.results.EpochResult.apps`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from compute.apps.adjacency import COMPACT_FRACTION, COMPACT_MIN, AppAdjacency
-from compute.apps.base import AppDelta, AppGraph, Application
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult
 from compute.apps.components import Components
 from compute.apps.exposure import Exposure
 from compute.apps.landmarks import Landmarks
@@ -51,6 +53,27 @@ class AppConfig:
         return cls(**kw)
 
 
+# The result type of each application, by its name: the one registration an application needs
+# besides its module (readers find the per-vertex fields through it).
+RESULT_TYPES: dict[str, type[AppResult]] = {
+    app.name: app.result for app in (Components, Trends, Exposure, Landmarks)
+}
+# Results published as dicts, before they were typed: field names that changed (archives of then).
+_RENAMED = {"landmarks": {"to": "dist_to", "from": "dist_from"}}
+
+
+def typed_results(apps: dict[str, Any] | None) -> dict[str, AppResult]:
+    """``apps`` with results an earlier version archived as plain dicts made typed (typed ones as they are)."""
+    out: dict[str, Any] = {}
+    for name, got in (apps or {}).items():
+        if isinstance(got, dict) and name in RESULT_TYPES:
+            kind, renamed = RESULT_TYPES[name], _RENAMED.get(name, {})
+            given = {renamed.get(k, k): v for k, v in got.items()}
+            got = kind(**{f.name: given.get(f.name) for f in dataclasses.fields(kind)})
+        out[name] = got
+    return out
+
+
 # The AppConfig fields an operator sets (the settings fields of the same names); the rest are for tests.
 APP_SETTINGS = ("landmarks", "landmark_drift", "topics_budget")
 
@@ -68,7 +91,7 @@ class Applications:
     def run(
         self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
         scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0,
-    ) -> dict[str, Any]:
+    ) -> dict[str, AppResult]:
         t0 = time.perf_counter()
         adj = self.adjacency
         if adj is None or full or self.config.rebuild_every_epoch:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute.apps.base import AppDelta, AppGraph, Application
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult
 
 TAGS = "tags"
 
@@ -22,8 +22,17 @@ class TrendsState:
     usage: np.ndarray  # int64 per vertex id: tweets tagging it (0 for non-hashtags)
 
 
+@dataclass(frozen=True)
+class TrendsResult(AppResult):
+    """The hashtag vertex ids in use (ascending) and how often each is used."""
+
+    tags: np.ndarray
+    usage: np.ndarray
+
+
 class Trends(Application):
     name = "trends"
+    result = TrendsResult
 
     def initialize(self, graph: AppGraph) -> TrendsState:
         _, dst, mult = graph.typed(TAGS)
@@ -38,6 +47,6 @@ class Trends(Application):
             usage = usage + np.bincount(dst, weights=after - before, minlength=graph.n).astype(np.int64)
         return TrendsState(usage)
 
-    def publish(self, state: TrendsState) -> dict:
+    def publish(self, state: TrendsState) -> TrendsResult:
         tags = np.flatnonzero(state.usage > 0)
-        return {"tags": tags.astype(np.int32), "usage": state.usage[tags].astype(np.int64)}
+        return TrendsResult(tags.astype(np.int32), state.usage[tags].astype(np.int64))

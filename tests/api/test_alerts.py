@@ -26,6 +26,8 @@ from api.app import create_app
 from api.edge import EdgeLimits, server_config
 from api.exceptions import AlertRulesError
 from api.store import ResultStore
+from compute.apps.components import ComponentsResult
+from compute.apps.exposure import TopicsResult
 from tests.api.conftest import TOKEN, free_port
 from tests.pulsegraph.test_results_topic import result
 
@@ -34,17 +36,16 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "alerts.sche
 NAMES = ["v0", "v1", "v2", "v3", "#a", "#b"]
 
 
-def components(top: list[int], sizes: list[int], count: int) -> dict:
-    return {"count": count, "top": np.array(top, np.int32), "top_sizes": np.array(sizes, np.int64)}
+def components(top: list[int], sizes: list[int], count: int) -> ComponentsResult:
+    return ComponentsResult(None, count, np.array(top, np.int32), np.array(sizes, np.int64))
 
 
-def topics(tags: list[int], users: list[int], persistence: list[float], as_of: int) -> dict:
+def topics(tags: list[int], users: list[int], persistence: list[float], as_of: int) -> TopicsResult:
     n = len(tags)
-    return {
-        "tags": np.array(tags, np.int32), "usage": np.array(users, np.int64), "users": np.array(users, np.int64),
-        "persistence": np.array(persistence, np.float64), "curve": np.zeros((n, 8)), "reached": np.zeros((n, 8), np.int64),
-        "as_of": as_of,
-    }
+    return TopicsResult(
+        tags=np.array(tags, np.int32), usage=np.array(users, np.int64), users=np.array(users, np.int64),
+        persistence=np.array(persistence, np.float64), curve=np.zeros((n, 8)), reached=np.zeros((n, 8), np.int64), as_of=as_of,
+    )
 
 
 def epochs() -> list:

@@ -6,14 +6,17 @@ here the archive and the store meet directly, with results built by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import pytest
 
-from api.archive import ResultArchive
+from api.archive import ResultArchive, write_mapped
 from api.exceptions import NotFound
 from api.store import ResultStore
+from compute.apps.components import ComponentsResult
+from compute.apps.landmarks import LandmarksResult
 from compute.graph import EdgeChanges
 from compute.results import EpochResult
 
@@ -33,7 +36,7 @@ def result(epoch: int, *, full: bool = False, offset: int | None = None) -> Epoc
         scores={"pagerank": scores / scores.sum()}, out_degree=np.ones(6, np.int32), in_degree=np.ones(6, np.int32),
         edge_changes=EdgeChanges(src, dst, np.zeros(len(src), np.int16), ones, ones * 1_000_000),
         full_changes=full, types=["link"],
-        apps={"components": {"labels": np.zeros(6, np.int32), "top": np.array([0]), "top_sizes": np.array([6]), "count": 1}},
+        apps={"components": ComponentsResult(np.zeros(6, np.int32), 1, np.array([0]), np.array([6]))},
     )
 
 
@@ -153,3 +156,21 @@ def test_an_archived_epoch_holds_one_file_descriptor(tmp_path):
         return out
 
     assert held() == 30
+
+
+def test_epochs_archived_before_results_were_typed_read_back_typed(tmp_path):
+    """An archive written by the version whose applications published dicts: the results come back typed
+    (landmarks' "to"/"from" named dist_to/dist_from), per-vertex fields absent as they were never archived."""
+    a = ResultArchive(tmp_path / "results", 100)
+    old = dataclasses.replace(result(3), apps={
+        "components": {"count": 2, "top": np.array([0, 4]), "top_sizes": np.array([4, 2])},
+        "landmarks": {"ids": np.array([1, 5], np.int32)},
+    }, edge_changes=None)
+    write_mapped(a._path(3), {"result": old, "ranks": None})
+    got, _ = ResultArchive(tmp_path / "results", 100).mapped(3)
+    comp, lm = got.apps["components"], got.apps["landmarks"]
+    assert isinstance(comp, ComponentsResult) and (comp.count, comp.top.tolist(), comp.labels) == (2, [0, 4], None)
+    assert isinstance(lm, LandmarksResult) and lm.ids.tolist() == [1, 5] and lm.dist_to is None and lm.dist_from is None
+    # And a typed result is archived without its per-vertex fields.
+    a.save([result(4)])
+    assert ResultArchive(tmp_path / "results", 100).mapped(4)[0].apps["components"].labels is None

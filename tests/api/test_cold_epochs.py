@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.archive import ResultArchive
 from api.store import HOT_EPOCHS, ResultStore
+from compute.apps.exposure import TopicsResult
+from compute.apps.trends import TrendsResult
 from compute.graph import EdgeChanges
 from compute.results import EpochResult
 
@@ -39,10 +41,10 @@ def result(epoch: int, rng: np.random.Generator, skipped: list[int] | None = Non
         edge_changes=EdgeChanges(src, dst, np.zeros(40, np.int16), ones, ones * 1_000_000), full_changes=epoch == 1,
         types=["mentions"],
         apps={
-            "trends": {"tags": tags, "usage": rng.integers(1, 50, 3).astype(np.int64)},
-            "topics": {"tags": tags, "usage": np.array([5, 4, 3]), "users": np.array([3, 2, 1]),
-                       "persistence": rng.random(3), "curve": rng.random((3, 8)), "reached": rng.integers(0, 9, (3, 8)),
-                       "as_of": epoch},
+            "trends": TrendsResult(tags, rng.integers(1, 50, 3).astype(np.int64)),
+            "topics": TopicsResult(tags=tags, usage=np.array([5, 4, 3]), users=np.array([3, 2, 1]),
+                                   persistence=rng.random(3), curve=rng.random((3, 8)), reached=rng.integers(0, 9, (3, 8)),
+                                   as_of=epoch),
         },
         skipped=skipped or [],
     )

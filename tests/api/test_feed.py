@@ -9,6 +9,7 @@ import ray
 
 from api.feed import ResultFeed
 from api.store import ResultStore
+from compute.apps.components import ComponentsResult
 from compute.graph import EdgeChanges
 from compute.results import EpochResult
 
@@ -29,7 +30,7 @@ class _Compute:
                 out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
                 edge_changes=EdgeChanges(np.arange(n, dtype=np.int32), np.arange(n, dtype=np.int32)[::-1].copy(),
                                          np.zeros(n, np.int16), ones, ones),
-                apps={"components": {"labels": np.arange(n, dtype=np.int64)}}, types=["mentions"],
+                apps={"components": ComponentsResult(np.arange(n, dtype=np.int64), n, np.arange(0), np.arange(0))}, types=["mentions"],
             ))
         return out, [f"v{i}" for i in range(known, n)]
 

@@ -62,22 +62,22 @@ def nx_graph(st: Stream) -> nx.DiGraph:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_components_match_networkx_after_random_updates(seed):
     for st, out in random_epochs(seed):
-        labels = out["components"]["labels"]
+        labels = out["components"].labels
         expected = {frozenset(c) for c in nx.weakly_connected_components(nx_graph(st))}
         got: dict[int, set] = {}
         for v, lab in enumerate(labels.tolist()):
             got.setdefault(lab, set()).add(v)
         assert {frozenset(c) for c in got.values()} == expected
         assert all(lab == min(c) for lab, c in got.items())  # the label is the smallest member
-        assert out["components"]["count"] == len(expected)
-        assert out["components"]["top_sizes"][0] == max(len(c) for c in expected)
+        assert out["components"].count == len(expected)
+        assert out["components"].top_sizes[0] == max(len(c) for c in expected)
 
 
 def test_components_initialize_equals_update():
     for st, out in random_epochs(5, epochs=15):
         pass
     fresh = Components().initialize(AppGraph.build(st.g, st.epoch))
-    assert np.array_equal(fresh.labels, out["components"]["labels"])
+    assert np.array_equal(fresh.labels, out["components"].labels)
 
 
 @pytest.mark.parametrize("seed", [3, 4])
@@ -86,13 +86,13 @@ def test_incremental_landmark_distances_equal_a_fresh_bfs(seed):
     for st, out in random_epochs(seed):
         G = nx_graph(st)
         lm = out["landmarks"]
-        for j, l in enumerate(lm["ids"].tolist()):
+        for j, l in enumerate(lm.ids.tolist()):
             fwd = nx.single_source_shortest_path_length(G, l)
             bwd = nx.single_source_shortest_path_length(G.reverse(copy=False), l)
             want_from = np.array([fwd.get(v, UNREACHABLE) for v in range(st.g.n)])
             want_to = np.array([bwd.get(v, UNREACHABLE) for v in range(st.g.n)])
-            assert np.array_equal(lm["from"][j], want_from), (st.epoch, l)
-            assert np.array_equal(lm["to"][j], want_to), (st.epoch, l)
+            assert np.array_equal(lm.dist_from[j], want_from), (st.epoch, l)
+            assert np.array_equal(lm.dist_to[j], want_to), (st.epoch, l)
         recomputed.append(st.apps.apps[-1].bfs_runs)
     # Deletions recompute only the affected landmarks: far fewer BFS runs than 2 per landmark per epoch.
     assert recomputed[-1] < 2 * 4 * len(recomputed) / 2
@@ -102,12 +102,12 @@ def test_landmarks_stay_while_the_top_set_jitters():
     st = Stream(AppConfig(landmarks=4, landmark_drift=0.5))
     edges = {(f"v{i}", f"v{(i * 7 + 1) % 30}", "mentions"): 1 for i in range(30)}
     base = np.linspace(10, 1, 30)
-    first = st.commit(edges, scores={"tunkrank": base})["landmarks"]["ids"].tolist()
+    first = st.commit(edges, scores={"tunkrank": base})["landmarks"].ids.tolist()
     jitter = base.copy()
     jitter[[3, 4]] = jitter[[4, 3]]  # one landmark swaps with the fifth: 1 of 4 left, under the drift
-    assert st.commit({}, scores={"tunkrank": jitter})["landmarks"]["ids"].tolist() == first
+    assert st.commit({}, scores={"tunkrank": jitter})["landmarks"].ids.tolist() == first
     moved = base[::-1].copy()  # the whole top set changes
-    assert st.commit({}, scores={"tunkrank": moved})["landmarks"]["ids"].tolist() != first
+    assert st.commit({}, scores={"tunkrank": moved})["landmarks"].ids.tolist() != first
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -136,14 +136,14 @@ def test_landmark_estimates_bound_the_true_distance_and_meet_it_through_a_landma
         true = dict(nx.all_pairs_shortest_path_length(G))
         for a in range(st.g.n):
             for b in range(st.g.n):
-                est, via = estimate(lm["to"][:, a], lm["from"][:, b])
+                est, via = estimate(lm.dist_to[:, a], lm.dist_from[:, b])
                 d = true[a].get(b)
                 if d is None:
                     continue  # unreachable: no landmark route can exist either
                 if est is None:
                     continue
                 assert est >= d
-                through = [l for l in lm["ids"].tolist() if true[a].get(l, 1e9) + true[l].get(b, 1e9) == d]
+                through = [l for l in lm.ids.tolist() if true[a].get(l, 1e9) + true[l].get(b, 1e9) == d]
                 if through:
                     assert est == d
                     checked_equal += 1
@@ -168,15 +168,15 @@ def test_k_exposure_curves_match_a_hand_count():
     st.tweets([tweet("d", mentions=["a", "b", "c"], tags=["x"], ts=5), tweet("a", tags=["X"], ts=6)])
     out = st.tweets([tweet("q", mentions=["p"], tags=["y"], ts=200), tweet("p", mentions=["q"], tags=["y"], ts=100)])
     topics = out["topics"]
-    by = {st.g.names[t]: i for i, t in enumerate(topics["tags"].tolist())}
+    by = {st.g.names[t]: i for i, t in enumerate(topics.tags.tolist())}
     x, y = by["#x"], by["#y"]
-    assert topics["usage"][x] == 7 and topics["users"][x] == 6
-    assert topics["reached"][x].tolist() == [3, 2, 1, 0, 0, 0, 0, 0]
-    np.testing.assert_allclose(topics["curve"][x][:3], [1 / 3, 0, 1])
-    assert np.isnan(topics["curve"][x][3:]).all()
-    assert topics["persistence"][x] == pytest.approx(1 / 6)
-    assert topics["usage"][y] == 2 and topics["users"][y] == 2
-    assert topics["curve"][y][0] == 1 and topics["persistence"][y] == pytest.approx(1 / 8)
+    assert topics.usage[x] == 7 and topics.users[x] == 6
+    assert topics.reached[x].tolist() == [3, 2, 1, 0, 0, 0, 0, 0]
+    np.testing.assert_allclose(topics.curve[x][:3], [1 / 3, 0, 1])
+    assert np.isnan(topics.curve[x][3:]).all()
+    assert topics.persistence[x] == pytest.approx(1 / 6)
+    assert topics.usage[y] == 2 and topics.users[y] == 2
+    assert topics.curve[y][0] == 1 and topics.persistence[y] == pytest.approx(1 / 8)
     assert list(by) == ["#x", "#y"]  # controversy order: higher persistence first
     # The per-epoch recount of the touched hashtags equals a recount of everything with the same stamps.
     exp = st.apps.exposure
@@ -185,7 +185,7 @@ def test_k_exposure_curves_match_a_hand_count():
         h: (t.usage, t.users, t.reached.tolist(), t.adopted.tolist()) for h, t in st.apps.states["topics"].topics.items()
     }
     # Trends: usage per hashtag is the number of tweets tagging it.
-    usage = dict(zip((st.g.names[t] for t in out["trends"]["tags"].tolist()), out["trends"]["usage"].tolist()))
+    usage = dict(zip((st.g.names[t] for t in out["trends"].tags.tolist()), out["trends"].usage.tolist()))
     assert usage == {"#x": 7, "#y": 2}
 
 
@@ -221,11 +221,11 @@ def test_budgeted_recounts_run_on_the_side_and_match_the_every_epoch_count():
             break
         time.sleep(0.01)
     out = side.tweets([])["topics"]
-    want = published[out["as_of"]]
-    assert out["as_of"] >= 1
-    assert out["tags"].tolist() == want["tags"].tolist()
-    assert out["reached"].tolist() == want["reached"].tolist()
-    np.testing.assert_allclose(out["persistence"], want["persistence"])
+    want = published[out.as_of]
+    assert out.as_of >= 1
+    assert out.tags.tolist() == want.tags.tolist()
+    assert out.reached.tolist() == want.reached.tolist()
+    np.testing.assert_allclose(out.persistence, want.persistence)
 
 
 # -- K-exposure against a pure-Python count ------------------------------------------------------------
@@ -324,9 +324,9 @@ def shard_epochs(epochs: list[list[list]], shards: int = 3):
 
 def published(names: list[str], topics: dict) -> dict[str, tuple]:
     return {
-        names[t]: (int(topics["usage"][i]), int(topics["users"][i]), topics["reached"][i].tolist(),
-                   np.nan_to_num(topics["curve"][i], nan=-1.0).tolist())
-        for i, t in enumerate(topics["tags"].tolist())
+        names[t]: (int(topics.usage[i]), int(topics.users[i]), topics.reached[i].tolist(),
+                   np.nan_to_num(topics.curve[i], nan=-1.0).tolist())
+        for i, t in enumerate(topics.tags.tolist())
     }
 
 

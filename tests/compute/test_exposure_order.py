@@ -48,8 +48,8 @@ def topics_by_cuts(records: list[bytes], cuts: list[int]) -> dict:
         scores = {"tunkrank": np.zeros(g.n), "pagerank": np.zeros(g.n)}
         out = apps.run(g, epoch, changes, before, False, scores, 0)["topics"]
     return {
-        g.names[t]: (out["reached"][i].tolist(), np.nan_to_num(out["curve"][i], nan=-1).tolist(), out["users"][i])
-        for i, t in enumerate(out["tags"].tolist())
+        g.names[t]: (out.reached[i].tolist(), np.nan_to_num(out.curve[i], nan=-1).tolist(), out.users[i])
+        for i, t in enumerate(out.tags.tolist())
     }
 
 

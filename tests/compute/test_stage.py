@@ -38,7 +38,7 @@ def published(r) -> dict:
     """What must not depend on how epochs were batched. Landmarks are left out: which vertices are
     landmarks depends on the rankings seen on the way (they are re-chosen only past a drift)."""
     apps = {name: {k: (np.nan_to_num(v, nan=-1.0).tolist() if isinstance(v, np.ndarray) else v)
-                   for k, v in got.items() if k != "as_of"}
+                   for k, v in vars(got).items() if k != "as_of"}
             for name, got in r.apps.items() if name != "landmarks"}
     return {"vertices": r.vertices, "edges": r.edges, "out": r.out_degree.tolist(), "in": r.in_degree.tolist(), "apps": apps}
 

@@ -214,8 +214,8 @@ def check_against(model: WindowShards, stage: ComputeStage, r) -> None:
     ug.add_nodes_from(nodes)
     ug.add_edges_from((s, d) for s, d, _ in live)
     comp = r.apps["components"]
-    assert comp["count"] == nx.number_connected_components(ug)
-    assert (comp["labels"][absent] == -1).all()
+    assert comp.count == nx.number_connected_components(ug)
+    assert (comp.labels[absent] == -1).all()
     # The applications' kept adjacency holds what a build from the graph holds.
     kept = stage.apps.adjacency
     fresh = AppAdjacency.from_graph(g)
@@ -336,7 +336,7 @@ def test_attributes_keep_a_vertex_present_until_they_expire():
     r = stage.apply([SealedEpoch(dataclasses.replace(info, epoch=3, vector={"p": 3}, watermark=99.0), model.deltas(3))])
     assert r.vertices == 0 and r.edges == 0
     assert not r.scores["pagerank"].any() and not r.scores["tunkrank"].any()
-    assert r.apps["components"]["count"] == 0
+    assert r.apps["components"].count == 0
 
 
 def test_without_a_window_every_vertex_stays_and_the_epoch_says_so():

@@ -68,13 +68,13 @@ def expected(view: EpochView, rule: dict, names: list[str]) -> set[tuple[str, st
         }
     if kind == "component_size":
         c, p = view.result.apps["components"], prev.result.apps["components"]
-        before = dict(zip(np.asarray(p["top"]).tolist(), np.asarray(p["top_sizes"]).tolist()))
-        return {("reached", names[r]) for r, s in zip(np.asarray(c["top"]).tolist(), np.asarray(c["top_sizes"]).tolist())
+        before = dict(zip(np.asarray(p.top).tolist(), np.asarray(p.top_sizes).tolist()))
+        return {("reached", names[r]) for r, s in zip(np.asarray(c.top).tolist(), np.asarray(c.top_sizes).tolist())
                 if s >= spec["size"] and before.get(r, 0) < spec["size"]}
     t, p = view.result.apps["topics"], prev.result.apps["topics"]
-    before = dict(zip(np.asarray(p["tags"]).tolist(), np.asarray(p["persistence"]).tolist()))
+    before = dict(zip(np.asarray(p.tags).tolist(), np.asarray(p.persistence).tolist()))
     out = set()
-    for tag, value in zip(np.asarray(t["tags"]).tolist(), np.asarray(t["persistence"]).tolist()):
+    for tag, value in zip(np.asarray(t.tags).tolist(), np.asarray(t.persistence).tolist()):
         old = before.get(tag)
         if value >= spec["value"] and (old is None or old < spec["value"]):
             out.add(("rose_above", names[tag]))
