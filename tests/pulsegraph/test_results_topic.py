@@ -173,14 +173,15 @@ def test_the_synthetic_stream_publishes_each_ranked_epoch_once_and_a_restart_res
     assert keys2[: len(keys)] == keys and keys2 == sorted(set(keys2)) and keys2[-1] == last2 > last
 
 
-# Each restart of the whole service (Ray included) takes 20-50 s on a busy two-core machine.
+# One kill: each restart of the whole service (Ray included) takes 15-50 s on two cores, and the Kafka
+# SIGKILL and chaos tests kill it three times more; one restart is what fencing and resuming need.
 @pytest.mark.timeout(900)
-def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_last_top_20_is_the_reference(kafka_broker, tmp_path):
+def test_a_sigkill_during_a_paced_stream_leaves_each_epoch_once_in_order_and_the_last_top_20_is_the_reference(kafka_broker, tmp_path):
     topic, out = kafka_broker.topic(), kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=10, partitions=2, users=600, hashtags=60))
     producer = threading.Thread(
         target=produce,
-        args=(produce_args(kafka_broker, topic, limit=12_000, rate=2000, seed=8, partitions=2, users=600, hashtags=60),),
+        args=(produce_args(kafka_broker, topic, limit=8000, rate=2000, seed=8, partitions=2, users=600, hashtags=60),),
         daemon=True,
     )
     svc = Service(kafka_broker, topic, tmp_path / "data", tmp_path / "service.log")
@@ -190,7 +191,7 @@ def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_l
     svc.start()
     producer.start()
     try:
-        for _ in range(2):
+        for _ in range(1):
             svc.wait_for(lambda e: True, timeout=120)
             time.sleep(rng.uniform(0.5, 2.5))
             svc.kill()
@@ -231,7 +232,7 @@ def test_sigkills_during_a_paced_stream_leave_each_epoch_once_in_order_and_the_l
     for rc in recuts:
         assert rc is None or (rc["facts_identical"] and rc["scores_within_bound"]), rc
     last = recs[-1]
-    assert last["vector"] == want_vector and last["records"] == 12_010
+    assert last["vector"] == want_vector and last["records"] == 8010
     g = live_digraph(reference(records, want_vector, "tweets"), ("mentions",))
     exact = nx.pagerank(g, alpha=0.85, tol=1e-13, max_iter=10_000)
     want = sorted(exact, key=lambda v: (-exact[v], v))[:20]

@@ -51,7 +51,7 @@ class ActorHarness:
             ray.kill(a)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream=streams(max_records=20), schedule=schedules, n_shards=st.integers(2, 3))
 def test_every_sealed_epoch_equals_the_reference(ray_cluster, tmp_path_factory, stream, schedule, n_shards):
     log_path = str(tmp_path_factory.mktemp("epochs") / "epochs.log")
