@@ -9,6 +9,11 @@ landmarks re-chosen while the graph is young). Columns of vertices new in an
 epoch need no undo entries: as of an earlier epoch they read as ``fill``. A
 read applies the undo records of the epochs after the one asked for, newest
 first, to the few entries it needs.
+
+An epoch's undo record goes into its result archive file with the epoch
+(:meth:`undo_record`) and, once the epoch is cold, is read memory-mapped from
+there (:meth:`map_undo`): the retained history of these arrays costs disk, not
+memory, as the graph view's does.
 """
 
 from __future__ import annotations
@@ -53,6 +58,37 @@ class ArrayHistory:
                 self._first = epoch
             self._current = array
             self.epoch = epoch
+
+    def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
+        """The undo record of ``epoch`` (the newest pushed) as arrays, for the result archive to keep."""
+        with self._lock:
+            u = self._undo.get(epoch) if epoch == self.epoch else None
+            if u is None:
+                return None
+            if isinstance(u, np.ndarray):
+                return {"whole": u}
+            keys, old, width = u
+            return {"keys": keys, "old": old, "width": np.array([width], dtype=np.int64)}
+
+    def map_undo(self, epoch: int, arrays: dict[str, np.ndarray]) -> bool:
+        """Read the undo record of ``epoch`` from ``arrays`` from now on (the same values, memory-mapped
+        from the archive). False (nothing changed) when it is not retained or the arrays are not its own."""
+        with self._lock:
+            u = self._undo.get(epoch)
+            if u is None:
+                return False
+            if isinstance(u, np.ndarray):
+                whole = arrays.get("whole")
+                if whole is None or whole.shape != u.shape:
+                    return False
+                self._undo[epoch] = np.asanyarray(whole)
+                return True
+            keys, old = arrays.get("keys"), arrays.get("old")
+            if keys is None or old is None or len(keys) != len(u[0]) or len(old) != len(u[1]):
+                return False
+            if len(keys):
+                self._undo[epoch] = (np.asanyarray(keys), np.asanyarray(old), u[2])
+            return True
 
     def covers(self, epoch: int) -> bool:
         """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one

@@ -11,8 +11,10 @@ the epochs' edge changes in :class:`~api.graph.GraphHistory`.
 With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
 and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
 memory-mapped: the per-vertex arrays of 120 retained epochs would otherwise
-cost ~32 bytes per vertex each. So is the graph view's undo record of each cold
-epoch (24 bytes per edge it changed). The answers are the same bytes either way.
+cost ~32 bytes per vertex each. So are the undo records of each cold epoch: the
+graph view's (24 bytes per edge it changed) and those of the applications'
+per-vertex arrays (component labels, landmark distances: 10-12 bytes per entry
+the epoch changed). The answers are the same bytes either way.
 
 The algorithms are whatever score arrays the epochs carry; nothing here names one.
 """
@@ -229,14 +231,18 @@ class ResultStore:
         undo: dict[int, dict[str, np.ndarray]] = {}
         for v in views:
             full = bool(getattr(v.result, "full_changes", False))
+            e = v.result.epoch
+            rec: dict[str, np.ndarray] = {}
             if v.result.edge_changes is not None or full:  # archived epochs carry no graph
                 skipped = v.result.skipped
-                self.graph.apply(v.result.epoch, v.result.edge_changes, full, skipped[0] if skipped else None)
+                self.graph.apply(e, v.result.edge_changes, full, skipped[0] if skipped else None)
                 v.result.edge_changes = None  # the graph history has them now
-                rec = self.graph.undo_record(v.result.epoch)
-                if rec is not None:
-                    undo[v.result.epoch] = rec
-            self._keep_apps(v)
+                rec.update(self.graph.undo_record(e) or {})
+            if self._keep_apps(v):
+                for name, history in self._histories().items():
+                    rec.update({f"{name}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
+            if rec:
+                undo[e] = rec
         if self.archive is not None and notify:
             self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo)
         with self._lock:
@@ -293,23 +299,34 @@ class ResultStore:
                 v.ranks = ranks
             if undo is not None:
                 self.graph.map_undo(v.result.epoch, undo)
+                for name, history in self._histories().items():
+                    prefix = name + "."
+                    history.map_undo(v.result.epoch, {k[len(prefix):]: a for k, a in undo.items() if k.startswith(prefix)})
             v.result = result
             v.cold = True
 
-    def _keep_apps(self, v: EpochView) -> None:
-        """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts."""
+    def _histories(self) -> dict[str, ArrayHistory]:
+        """The per-vertex application arrays' histories, by the name their undo records are archived under."""
+        return {"components": self.components, "landmarks_to": self.landmarks_to, "landmarks_from": self.landmarks_from}
+
+    def _keep_apps(self, v: EpochView) -> bool:
+        """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts.
+        True when any was kept."""
         apps = getattr(v.result, "apps", None) or {}
         e = v.result.epoch
         histories = {
             (ComponentsResult, "labels"): self.components,
             (LandmarksResult, "dist_to"): self.landmarks_to, (LandmarksResult, "dist_from"): self.landmarks_from,
         }
+        kept = False
         for name, r in list(apps.items()):
             arrays = r.per_vertex() if isinstance(r, AppResult) else {}
             if arrays and all((type(r), f) in histories for f in arrays):  # else the view keeps them whole
                 for f, a in arrays.items():
                     histories[(type(r), f)].push(e, a)
                 apps[name] = r.without_per_vertex()
+                kept = True
+        return kept
 
     @property
     def algorithms(self) -> tuple[str, ...]:

@@ -17,7 +17,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.archive import ResultArchive
 from api.store import HOT_EPOCHS, ResultStore
+from compute.apps.components import ComponentsResult
 from compute.apps.exposure import TopicsResult
+from compute.apps.landmarks import LandmarksResult
 from compute.apps.trends import TrendsResult
 from compute.graph import EdgeChanges
 from compute.results import EpochResult
@@ -26,7 +28,9 @@ N = 300
 NAMES = [f"v{i}" for i in range(N)] + ["#tag0", "#tag1", "#tag2"]
 
 
-def result(epoch: int, rng: np.random.Generator, skipped: list[int] | None = None) -> EpochResult:
+def result(epoch: int, rng: np.random.Generator, skipped: list[int] | None = None, per_vertex_apps: bool = True) -> EpochResult:
+    """``per_vertex_apps``: with component labels and landmark distances (a restart does not bring those
+    back for the epochs before it: the archive keeps their undo records, not the arrays themselves)."""
     n = len(NAMES)
     pr = np.round(rng.random(n), 2)  # rounded: many ties, broken by vertex id
     src = rng.integers(0, N, 40).astype(np.int32)
@@ -40,12 +44,20 @@ def result(epoch: int, rng: np.random.Generator, skipped: list[int] | None = Non
         out_degree=rng.integers(0, 9, n).astype(np.int32), in_degree=rng.integers(0, 9, n).astype(np.int32),
         edge_changes=EdgeChanges(src, dst, np.zeros(40, np.int16), ones, ones * 1_000_000), full_changes=epoch == 1,
         types=["mentions"],
-        apps={
+        apps={k: v for k, v in {
+            # Per-vertex arrays that change in places every epoch, as labels and distances do.
+            "components": ComponentsResult(
+                np.where(rng.random(n) < 0.2, rng.integers(0, N, n), np.arange(n) // 50 * 50).astype(np.int32), 7,
+                np.array([0, 50]), np.array([50, 50]),
+            ),
+            "landmarks": LandmarksResult(
+                np.array([3, 9], np.int32), rng.integers(0, 4, (2, n)).astype(np.uint16), rng.integers(0, 4, (2, n)).astype(np.uint16),
+            ),
             "trends": TrendsResult(tags, rng.integers(1, 50, 3).astype(np.int64)),
             "topics": TopicsResult(tags=tags, usage=np.array([5, 4, 3]), users=np.array([3, 2, 1]),
                                    persistence=rng.random(3), curve=rng.random((3, 8)), reached=rng.integers(0, 9, (3, 8)),
                                    as_of=epoch),
-        },
+        }.items() if per_vertex_apps or k not in ("components", "landmarks")},
         skipped=skipped or [],
     )
 
@@ -84,6 +96,16 @@ def test_cold_epochs_answer_the_same_bytes_as_in_memory(tmp_path):
         cold_epochs = {v.result.epoch for v in views[HOT_EPOCHS:]}
         undone = [u for u in cold.graph._undo if u.epoch in cold_epochs and len(u.slots)]
         assert undone and all(isinstance(a, np.memmap) for u in undone for a in (u.slots, u.mult, u.weight))
+        # So are the undo records of the applications' per-vertex arrays, and they read the same.
+        for history in (cold.components, cold.landmarks_to, cold.landmarks_from):
+            records = [u for e, u in history._undo.items() if e in cold_epochs]
+            assert records and all(isinstance(a, np.memmap) for keys, old, _ in records for a in (keys, old))
+        rows, cols = np.repeat(np.arange(2), len(NAMES)), np.tile(np.arange(len(NAMES)), 2)
+        for r in epochs:
+            assert np.array_equal(cold.components.at(r.epoch, rows[: len(NAMES)], cols[: len(NAMES)]),
+                                  warm.components.at(r.epoch, rows[: len(NAMES)], cols[: len(NAMES)]))
+            assert np.array_equal(cold.landmarks_to.at(r.epoch, rows, cols), warm.landmarks_to.at(r.epoch, rows, cols))
+            assert np.array_equal(cold.landmarks_from.at(r.epoch, rows, cols), warm.landmarks_from.at(r.epoch, rows, cols))
         for r in epochs:
             for path in reads(r.epoch):
                 got, want = b.get(path), a.get(path)
@@ -109,7 +131,7 @@ def _copy(r: EpochResult) -> EpochResult:
 
 def test_a_restart_serves_archived_epochs_memory_mapped_with_their_ranks(tmp_path):
     rng = np.random.default_rng(9)
-    epochs = [result(e, rng) for e in range(1, 6)]
+    epochs = [result(e, rng, per_vertex_apps=False) for e in range(1, 6)]
     first = ResultStore(retain=100, archive=ResultArchive(tmp_path / "results", 100))
     for i, r in enumerate(epochs):
         first.add([_copy(r)], NAMES if i == 0 else [])
