@@ -183,10 +183,6 @@ def _component_size(spec: ComponentSizeRule, view: EpochView, prev: EpochView, s
     return count, out
 
 
-def _as_of(t: TopicsResult, view: EpochView) -> int:
-    return int(view.result.epoch if t.as_of is None else t.as_of)
-
-
 def _topics_pair(view: EpochView, prev: EpochView, memo: dict) -> tuple | None:
     """(tags, users, persistence now, persistence before (NaN: the topic had none)), shared by the rules of one epoch."""
     if "topics" in memo:
@@ -194,7 +190,7 @@ def _topics_pair(view: EpochView, prev: EpochView, memo: dict) -> tuple | None:
     t, p = app_result(view, TopicsResult), app_result(prev, TopicsResult)
     got = None
     # Curves are recounted within a time budget: counted at the same epoch, they are the same curves.
-    if t is not None and p is not None and _as_of(t, view) != _as_of(p, prev):
+    if t is not None and p is not None and int(t.as_of) != int(p.as_of):
         tags = np.asarray(t.tags).astype(np.int64)
         ptags = np.asarray(p.tags).astype(np.int64)
         order = np.argsort(ptags, kind="stable")

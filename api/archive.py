@@ -204,7 +204,7 @@ class ResultArchive:
         if not isinstance(result, EpochResult) or result.epoch != epoch:
             return None
         if result.apps and any(isinstance(got, dict) for got in result.apps.values()):
-            result = dataclasses.replace(result, apps=typed_results(result.apps))  # archived before results were typed
+            result = dataclasses.replace(result, apps=typed_results(result.apps, result.epoch))  # archived before results were typed
         return result, ranks, undo
 
     def mapped(self, epoch: int) -> tuple[EpochResult, dict | None] | None:

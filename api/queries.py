@@ -172,8 +172,7 @@ def topics(store: ResultStore, sort: str, k: int, epoch: int | None) -> dict:
             "curve": [None if np.isnan(x) else float(x) for x in t.curve[i].tolist()],
             "exposed": [int(x) for x in t.reached[i].tolist()],
         })
-    as_of = view.result.epoch if t.as_of is None else t.as_of
-    return {"epoch": view.result.epoch, "as_of": int(as_of), "sort": sort, "items": items}
+    return {"epoch": view.result.epoch, "as_of": int(t.as_of), "sort": sort, "items": items}
 
 
 def components(store: ResultStore, k: int, epoch: int | None) -> dict:

@@ -36,8 +36,6 @@ from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory
 from compute.apps.base import AppResult
-from compute.apps.components import ComponentsResult
-from compute.apps.landmarks import LandmarksResult
 from compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -239,8 +237,8 @@ class ResultStore:
                 v.result.edge_changes = None  # the graph history has them now
                 rec.update(self.graph.undo_record(e) or {})
             if self._keep_apps(v):
-                for name, history in self._histories().items():
-                    rec.update({f"{name}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
+                for (app, f), history in self._histories().items():
+                    rec.update({f"{app}.{f}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
             if rec:
                 undo[e] = rec
         if self.archive is not None and notify:
@@ -299,31 +297,32 @@ class ResultStore:
                 v.ranks = ranks
             if undo is not None:
                 self.graph.map_undo(v.result.epoch, undo)
-                for name, history in self._histories().items():
-                    prefix = name + "."
+                for (app, f), history in self._histories().items():
+                    prefix = f"{app}.{f}."
                     history.map_undo(v.result.epoch, {k[len(prefix):]: a for k, a in undo.items() if k.startswith(prefix)})
             v.result = result
             v.cold = True
 
-    def _histories(self) -> dict[str, ArrayHistory]:
-        """The per-vertex application arrays' histories, by the name their undo records are archived under."""
-        return {"components": self.components, "landmarks_to": self.landmarks_to, "landmarks_from": self.landmarks_from}
+    def _histories(self) -> dict[tuple[str, str], ArrayHistory]:
+        """The histories of the applications' per-vertex fields, by (application, field); their undo
+        records are archived under ``application.field.`` keys."""
+        return {
+            ("components", "labels"): self.components,
+            ("landmarks", "dist_to"): self.landmarks_to, ("landmarks", "dist_from"): self.landmarks_from,
+        }
 
     def _keep_apps(self, v: EpochView) -> bool:
         """Move the epoch's big per-vertex arrays into the histories; the view keeps the small parts.
         True when any was kept."""
         apps = getattr(v.result, "apps", None) or {}
         e = v.result.epoch
-        histories = {
-            (ComponentsResult, "labels"): self.components,
-            (LandmarksResult, "dist_to"): self.landmarks_to, (LandmarksResult, "dist_from"): self.landmarks_from,
-        }
+        histories = self._histories()
         kept = False
         for name, r in list(apps.items()):
             arrays = r.per_vertex() if isinstance(r, AppResult) else {}
-            if arrays and all((type(r), f) in histories for f in arrays):  # else the view keeps them whole
+            if arrays and all((name, f) in histories for f in arrays):  # else the view keeps them whole
                 for f, a in arrays.items():
-                    histories[(type(r), f)].push(e, a)
+                    histories[(name, f)].push(e, a)
                 apps[name] = r.without_per_vertex()
                 kept = True
         return kept

@@ -62,13 +62,14 @@ RESULT_TYPES: dict[str, type[AppResult]] = {
 _RENAMED = {"landmarks": {"to": "dist_to", "from": "dist_from"}}
 
 
-def typed_results(apps: dict[str, Any] | None) -> dict[str, AppResult]:
-    """``apps`` with results an earlier version archived as plain dicts made typed (typed ones as they are)."""
+def typed_results(apps: dict[str, Any] | None, epoch: int) -> dict[str, AppResult]:
+    """``apps`` of ``epoch`` with results an earlier version archived as plain dicts made typed (typed ones
+    as they are). A field the dict lacks is None, but for ``as_of`` (curves counted at the epoch itself)."""
     out: dict[str, Any] = {}
     for name, got in (apps or {}).items():
         if isinstance(got, dict) and name in RESULT_TYPES:
             kind, renamed = RESULT_TYPES[name], _RENAMED.get(name, {})
-            given = {renamed.get(k, k): v for k, v in got.items()}
+            given = {"as_of": epoch, **{renamed.get(k, k): v for k, v in got.items()}}
             got = kind(**{f.name: given.get(f.name) for f in dataclasses.fields(kind)})
         out[name] = got
     return out

@@ -59,17 +59,6 @@ REQUEST_TIMEOUT_MS = 5000
 RECONNECT_BACKOFF_MAX_MS = 1000
 # How long a kafka-python client's constructor waits for a first broker (its default is 30 s).
 BOOTSTRAP_TIMEOUT_MS = 10_000
-
-
-def kafka_python_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    """The settings every kafka-python client of the service is made with (consumer, producer, admin)."""
-    return {
-        "bootstrap_servers": bootstrap,
-        "request_timeout_ms": REQUEST_TIMEOUT_MS,
-        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-        **extra,
-    }
 # How often an idle consumer checks that the broker still answers (and measures lag).
 PROBE_S = 2.0
 # How long one fill waits for records: short, so a round over several partitions never stalls.
@@ -81,6 +70,17 @@ POLL_TIMEOUT_S = 0.02
 # settings. (Not pause/resume: kafka-python 3.0's parked fetches of a paused partition are never
 # restored while a sibling has fetched records in line, so a resumed partition stays silent.)
 MAX_QUEUED_RECORDS = 20_000
+
+
+def kafka_python_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """The settings every kafka-python client of the service is made with (consumer, producer, admin)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "request_timeout_ms": REQUEST_TIMEOUT_MS,
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        **extra,
+    }
 
 
 class BaseKafkaClient(abc.ABC):

@@ -16,6 +16,7 @@ from api.archive import ResultArchive, write_mapped
 from api.exceptions import NotFound
 from api.store import ResultStore
 from compute.apps.components import ComponentsResult
+from compute.apps.exposure import TopicsResult
 from compute.apps.landmarks import LandmarksResult
 from compute.graph import EdgeChanges
 from compute.results import EpochResult
@@ -165,12 +166,15 @@ def test_epochs_archived_before_results_were_typed_read_back_typed(tmp_path):
     old = dataclasses.replace(result(3), apps={
         "components": {"count": 2, "top": np.array([0, 4]), "top_sizes": np.array([4, 2])},
         "landmarks": {"ids": np.array([1, 5], np.int32)},
+        "topics": {"tags": np.array([2]), "usage": np.array([4]), "users": np.array([3]), "persistence": np.array([0.5]),
+                   "curve": np.zeros((1, 8)), "reached": np.zeros((1, 8), np.int64)},  # from before as_of was published
     }, edge_changes=None)
     write_mapped(a._path(3), {"result": old, "ranks": None})
     got, _ = ResultArchive(tmp_path / "results", 100).mapped(3)
     comp, lm = got.apps["components"], got.apps["landmarks"]
     assert isinstance(comp, ComponentsResult) and (comp.count, comp.top.tolist(), comp.labels) == (2, [0, 4], None)
     assert isinstance(lm, LandmarksResult) and lm.ids.tolist() == [1, 5] and lm.dist_to is None and lm.dist_from is None
+    assert isinstance(got.apps["topics"], TopicsResult) and got.apps["topics"].as_of == 3  # counted at the epoch itself
     # And a typed result is archived without its per-vertex fields.
     a.save([result(4)])
     assert ResultArchive(tmp_path / "results", 100).mapped(4)[0].apps["components"].labels is None
