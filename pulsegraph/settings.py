@@ -150,6 +150,7 @@ class Settings(BaseSettings):
     max_concurrent_writes: int = Field(4, ge=1, le=256, description="POST /v1/events requests processed at once; more get 503 with Retry-After")
     data_dir: Path = Field(Path("data"), description="epoch log, checkpoints, dead letters and the embedded event log")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
+    epoch_log_keep: int = Field(10_000, ge=0, description="epochs the epoch log keeps at least; older entries that a kept checkpoint covers are dropped (with checkpoints on)")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
     pagerank_tol: float = Field(1e-7, gt=0, lt=1, description="ranks are within this L1 error of the exact PageRank (TunkRank: relative to the scores' sum)")
     pagerank_max_iter: int = Field(1000, ge=1, description="PageRank fails past this many iterations")

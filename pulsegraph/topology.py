@@ -284,7 +284,7 @@ class Pipeline:
         starts = resume.vector if resume else {}
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
-            str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level,
+            str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level, s.epoch_log_keep,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [

@@ -123,6 +123,12 @@ class CheckpointStore:
         self._prune()
         return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late)
 
+    def oldest(self) -> int | None:
+        """The epoch of the oldest committed checkpoint kept: the furthest back a launch may fall back to
+        (when the newer ones do not verify), so the epoch log must reach back to it."""
+        committed = [f for f in self._folders() if (f / "MANIFEST").exists()]
+        return int(committed[-1].name.split("-")[1]) if committed else None
+
     def _prune(self) -> None:
         committed = [f for f in self._folders() if (f / "MANIFEST").exists()]
         for old in committed[KEEP:]:

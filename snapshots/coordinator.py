@@ -65,10 +65,12 @@ class EpochCoordinator:
         resume: RecoveryPlan | None = None,
         window: float | None = None,
         log_level: str = "INFO",
+        log_keep: int = 0,
     ) -> None:
         """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
         epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
-        watermarks, so history after a crash is the history before it."""
+        watermarks, so history after a crash is the history before it. ``log_keep``: the newest epochs
+        the log keeps even once a checkpoint covers them (it is compacted after each checkpoint)."""
         logging.basicConfig(level=log_level)
         self._shards = shards
         self._consumer = consumer
@@ -77,6 +79,7 @@ class EpochCoordinator:
         self._data_dir = data_dir
         self._checkpoints = CheckpointStore(data_dir) if data_dir and checkpoint_every else None
         self._checkpoint_every = checkpoint_every
+        self._log_keep = log_keep
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
         self._progress: dict[str, int] = {}
@@ -298,6 +301,13 @@ class EpochCoordinator:
         epoch.advance(EpochStatus.DURABLE)
         with self._lock:
             self._durable = dict(epoch.vector)
+        oldest = self._checkpoints.oldest()
+        if oldest is not None:
+            # Recovery re-cuts from a checkpoint kept on disk, the oldest one at worst (and reads that
+            # epoch's watermark from its entry): what lies before it is history no launch reads.
+            dropped = self._log.compact(oldest, self._log_keep)
+            if dropped:
+                log.info("epoch log compacted: %d entries before epoch %d dropped, %d kept", dropped, oldest, len(self._log))
 
     def _drain(self) -> None:
         """Wait until the consumer has finished every sealed epoch (or the hand-off failed)."""

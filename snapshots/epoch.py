@@ -12,10 +12,11 @@ from __future__ import annotations
 import enum
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
-from ingest.eventlog import makedirs_durably, open_durably
+from ingest.eventlog import fsync_dir, makedirs_durably, open_durably
 from snapshots.exceptions import EpochLogError, EpochOrderError, EpochStateError
 
 
@@ -127,37 +128,85 @@ class LogEntry:
 
 class EpochLog:
     """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
-    each fsynced before its epoch is applied."""
+    each fsynced before its epoch is applied.
+
+    The log only has to reach back to the oldest checkpoint a launch may resume from (recovery re-cuts
+    the epochs after it), so :meth:`compact` drops the entries before that, keeping at least ``keep``
+    of the newest for the operator: a service that cuts an epoch a second for months must not carry,
+    and parse at every launch, a line for each of them. Appends and the compaction's rewrite take one
+    lock: the cut thread appends while the hand-off thread compacts after a checkpoint.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         makedirs_durably(os.path.dirname(os.path.abspath(path)))
-        self._drop_torn_tail()
+        self._lock = threading.Lock()
+        self._lines = self._drop_torn_tail()
         self._fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
 
-    def _drop_torn_tail(self) -> None:
-        """A crash mid-append leaves a line without its newline: cut it, or the next entry would join it."""
+    def __len__(self) -> int:
+        """Entries in the file now."""
+        return self._lines
+
+    def _drop_torn_tail(self) -> int:
+        """A crash mid-append leaves a line without its newline: cut it, or the next entry would join it.
+        Returns the complete lines; a rewrite a crash left half done is removed."""
+        tmp = self.path + ".tmp"
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # the log it was to replace is still whole
         if not os.path.exists(self.path):
-            return
+            return 0
         with open(self.path, "rb+") as fh:
             data = fh.read()
             if data and not data.endswith(b"\n"):
                 fh.truncate(data.rfind(b"\n") + 1)
                 fh.flush()
                 os.fsync(fh.fileno())
+        return data.count(b"\n")
 
     def append(self, epoch: Epoch) -> None:
         line = LogEntry.of(epoch).to_json()
-        try:
-            os.write(self._fd, line + b"\n")
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise EpochLogError(f"cannot append to the epoch log {self.path}: {exc}") from exc
+        with self._lock:
+            try:
+                os.write(self._fd, line + b"\n")
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise EpochLogError(f"cannot append to the epoch log {self.path}: {exc}") from exc
+            self._lines += 1
+
+    def compact(self, keep_from: int, keep: int = 0) -> int:
+        """Drop the entries of epochs before ``keep_from``, but never one of the newest ``keep``; returns
+        how many went. The file is rewritten under a temporary name, fsynced and renamed over the log,
+        so a crash leaves either log, each one history. Nothing is rewritten for fewer than ``keep``
+        droppable entries: with a floor, the rewrite happens once per ``keep`` epochs, not per call."""
+        with self._lock:
+            with open(self.path, "rb") as fh:
+                lines = fh.read().splitlines(keepends=True)
+            epochs = [int(json.loads(raw)["epoch"]) for raw in lines]
+            drop = sum(1 for e in epochs if e < keep_from)
+            drop = min(drop, max(len(lines) - keep, 0))
+            if drop == 0 or drop < keep:
+                return 0
+            tmp = self.path + ".tmp"
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.writelines(lines[drop:])
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+                fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+                os.close(self._fd)
+                self._fd = open_durably(self.path, os.O_WRONLY | os.O_APPEND)
+            except OSError as exc:
+                raise EpochLogError(f"cannot compact the epoch log {self.path}: {exc}") from exc
+            self._lines = len(lines) - drop
+            return drop
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     @staticmethod
     def read(path: str) -> list[LogEntry]:

@@ -4,7 +4,9 @@ S_e is a pure function of V_e, so a launch can always rebuild the history it
 finds on disk: from the newest checkpoint whose files verify, re-cutting every
 logged epoch after it with exactly its logged number, vector and watermark; or,
 without a checkpoint, re-cutting every logged epoch from an empty graph (the
-same history, and the same downstream ids); or, with no log, from nothing.
+same history, and the same downstream ids); or, with no log, from nothing. The
+log is compacted up to the oldest checkpoint kept (see ``EpochLog.compact``), so
+a log that no longer starts at epoch 1 needs a checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class RecoveryPlan:
 def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> tuple[Manifest | None, RecoveryPlan | None]:
     """The newest checkpoint of ``data_dir`` (when ``use_checkpoints``) and the plan that resumes from it.
     ``shards``: the shard count asked for, which a checkpoint must match (None: take the checkpoint's)."""
-    entries = EpochLog.read(str(Path(data_dir) / "epochs.log"))
+    data_dir = Path(data_dir)
+    entries = EpochLog.read(str(data_dir / "epochs.log"))
     manifest = CheckpointStore(data_dir).latest() if use_checkpoints else None
     if manifest is not None:
         if shards and sorted(manifest.shards) != list(range(shards)):
@@ -51,11 +54,24 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
                 f"the checkpoint {manifest.directory} has {len(manifest.shards)} shards, not --shards {shards}. "
                 f"Operator action: run with --shards {len(manifest.shards)}, or move {data_dir} aside to start anew."
             )
+        if entries and entries[0].epoch > manifest.epoch + 1:
+            raise CheckpointError(
+                f"the epoch log starts at epoch {entries[0].epoch}, after the checkpoint of epoch {manifest.epoch}: "
+                f"the epochs between are lost. Operator action: restore {data_dir} from a backup, or move it aside to start anew."
+            )
         replay = tuple(e for e in entries if e.epoch > manifest.epoch)
         log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
         watermark = next((e.watermark for e in entries if e.epoch == manifest.epoch), None)
         return manifest, RecoveryPlan(
             manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark, manifest.late
+        )
+    if entries and entries[0].epoch > 1:
+        # The log was compacted: the epochs before its first entry live only in checkpoints.
+        why = "no checkpoint verifies" if use_checkpoints else "checkpoints are off (--checkpoint-every 0)"
+        raise CheckpointError(
+            f"the epoch log of {data_dir} starts at epoch {entries[0].epoch} (the epochs before it were compacted "
+            f"away, covered by checkpoints), and {why}. Operator action: run with checkpoints on, restore "
+            f"{data_dir / 'checkpoints'} from a backup, or move {data_dir} aside to start anew."
         )
     if entries:
         log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))

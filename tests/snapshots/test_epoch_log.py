@@ -1,0 +1,82 @@
+"""The epoch log's compaction: it reaches back to the oldest checkpoint kept, and no further.
+
+The pipeline's side (crashes with a compacted log, the fallback to the older
+checkpoint) runs in ``tests/pulsegraph/test_recovery.py`` with ``epoch_log_keep=0``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from snapshots.checkpoint import CheckpointStore
+from snapshots.epoch import Epoch, EpochLog
+from snapshots.exceptions import CheckpointError
+from snapshots.recovery import plan_recovery
+
+
+def write_log(path, epochs: int) -> EpochLog:
+    log = EpochLog(str(path))
+    for n in range(1, epochs + 1):
+        log.append(Epoch(n, {"p": 10 * n}, records=10 * n))
+    return log
+
+
+def test_compaction_drops_what_comes_before_the_given_epoch_and_appends_go_on(tmp_path):
+    path = tmp_path / "epochs.log"
+    log = write_log(path, 30)
+    assert log.compact(21) == 20
+    assert len(log) == 10
+    log.append(Epoch(31, {"p": 310}))
+    log.close()
+    entries = EpochLog.read(str(path))
+    assert [e.epoch for e in entries] == list(range(21, 32))
+    assert entries[0].vector == {"p": 210} and entries[0].records == 210
+    assert len(EpochLog(str(path))) == 11, "a reopened log counts its lines"
+
+
+def test_a_floor_keeps_the_newest_entries_and_rewrites_only_once_per_floor(tmp_path):
+    path = tmp_path / "epochs.log"
+    log = write_log(path, 30)
+    assert log.compact(30, keep=20) == 0, "10 droppable lines are fewer than the floor: no rewrite yet"
+    assert len(log) == 30
+    for n in range(31, 46):
+        log.append(Epoch(n, {"p": 10 * n}))
+    assert log.compact(45, keep=20) == 25
+    assert [e.epoch for e in EpochLog.read(str(path))] == list(range(26, 46))
+    assert log.compact(1) == 0, "nothing before epoch 1"
+    log.close()
+
+
+def test_a_rewrite_that_a_crash_cut_short_leaves_the_old_log(tmp_path):
+    path = tmp_path / "epochs.log"
+    write_log(path, 5).close()
+    (tmp_path / "epochs.log.tmp").write_bytes(b'{"epoch": 4, "vec')  # the crash came before the rename
+    log = EpochLog(str(path))
+    assert not (tmp_path / "epochs.log.tmp").exists()
+    assert len(log) == 5 and [e.epoch for e in EpochLog.read(str(path))] == [1, 2, 3, 4, 5]
+    log.close()
+
+
+def test_a_compacted_log_without_a_checkpoint_stops_with_the_operator_action(tmp_path):
+    log = write_log(tmp_path / "epochs.log", 12)
+    log.compact(7)
+    log.close()
+    for use_checkpoints in (True, False):
+        with pytest.raises(CheckpointError, match="starts at epoch 7") as err:
+            plan_recovery(tmp_path, use_checkpoints, shards=None)
+        assert "Operator action" in str(err.value)
+
+
+def test_a_checkpoint_the_log_no_longer_follows_is_refused(tmp_path):
+    log = write_log(tmp_path / "epochs.log", 12)
+    log.compact(9)
+    log.close()
+    store = CheckpointStore(tmp_path)
+    digest = store.write_shard(6, 0, b"state")
+    store.commit(6, {"p": 60}, {"p": 60}, {0: digest})
+    assert store.oldest() == 6
+    with pytest.raises(CheckpointError, match="epochs between are lost"):
+        plan_recovery(tmp_path, True, shards=1)
+    assert os.path.exists(tmp_path / "epochs.log")
