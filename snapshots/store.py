@@ -30,13 +30,19 @@ from snapshots.growable import Column
 from snapshots.window import TimeLog
 
 class Interner:
-    """String -> dense int id, append-only."""
+    """String -> dense int id. Ids given back by :meth:`release` are taken by new names first, lowest
+    first, so the table follows the names in use, not every name ever seen."""
 
     def __init__(self, limit: int, what: str) -> None:
-        self.names: list[str] = []
+        self.names: list[str | None] = []  # None: a released id, free for the next new name
         self.index: dict[str, int] = {}
+        self._free: list[int] = []  # released ids, highest first (``pop`` takes the lowest)
         self._limit = limit
         self._what = what
+
+    def __len__(self) -> int:
+        """Names held now."""
+        return len(self.index)
 
     def ids(self, names: list[str]) -> np.ndarray:
         index = self.index
@@ -47,15 +53,41 @@ class Interner:
                 if got[i] is None:
                     j = index.get(name)  # a name can repeat within ``names``
                     if j is None:
-                        j = index[name] = len(self.names)
-                        if j >= self._limit:
-                            raise ShardCapacityError(
-                                f"more than {self._limit} {self._what} on one shard. "
-                                "Operator action: run with more --shards."
-                            )
-                        self.names.append(name)
+                        j = index[name] = self._next_id()
+                        if j == len(self.names):
+                            self.names.append(name)
+                        else:
+                            self.names[j] = name
                     got[i] = j
         return np.array(got, dtype=np.int32)
+
+    def _next_id(self) -> int:
+        if self._free:
+            return self._free.pop()
+        j = len(self.names)
+        if j >= self._limit:
+            raise ShardCapacityError(
+                f"more than {self._limit} {self._what} on one shard. "
+                "Operator action: run with more --shards."
+            )
+        return j
+
+    def release(self, ids: np.ndarray) -> None:
+        """Forget the names of ``ids`` (held now, distinct); the next new names take the ids."""
+        names, index = self.names, self.index
+        for i in ids.tolist():
+            del index[names[i]]
+            names[i] = None
+        self._free = sorted(set(self._free).union(ids.tolist()), reverse=True)
+
+    def free_ids(self) -> np.ndarray:
+        return np.array(self._free, dtype=np.int64)
+
+    def load(self, names: list[str | None]) -> None:
+        """The ids a checkpoint saved (:attr:`names`, released ones as None), each name at its id again."""
+        self.names = list(names)
+        self.index = {name: i for i, name in enumerate(self.names) if name is not None}
+        self._free = [i for i in range(len(self.names) - 1, -1, -1) if self.names[i] is None]
 
 
 class _PartitionBuffer:
@@ -82,9 +114,16 @@ def _take_below(chunks: list[tuple[np.ndarray, ...]], high: int) -> tuple[list[n
     return [c[take] for c in cols], [tuple(rest)] if len(rest[0]) else []
 
 
+# With a window, every this many epochs a shard gives back the local ids of the vertices the window
+# emptied (a pass over the held edge slots: ~10 ms at a million slots, so not every epoch).
+RECYCLE_EVERY = 16
+
+
 class ShardStore:
-    def __init__(self, shard: int, window: float | None = None) -> None:
+    def __init__(self, shard: int, window: float | None = None, recycle_every: int = RECYCLE_EVERY) -> None:
         self.shard = shard
+        self.recycle_every = recycle_every
+        self.recycled = 0  # local ids given back so far
         # With a window (seconds), what each edge and vertex holds comes only from the transactions
         # whose event time is inside (watermark - window, watermark]; see snapshots.window.
         self.window = window
@@ -243,6 +282,8 @@ class ShardStore:
             e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
         )
+        if self.window and epoch % self.recycle_every == 0:
+            self._recycle()
         summary = ShardSummary(
             shard=self.shard,
             epoch=epoch,
@@ -317,6 +358,38 @@ class ShardStore:
         stamps.clear(gone)
         return set(gone.tolist())
 
+    def _recycle(self) -> None:
+        """Give back the local ids of vertices the window emptied: no edge slot held (live, or with a
+        contribution still inside), no attributes, no buffered transaction naming them. Their names
+        leave the interner, so a shard holds the vertices of the window, not every vertex ever seen.
+
+        Invisible downstream: a local id never leaves the shard except in a delta that introduces it
+        by name first (``new_ids``/``new_names``), and a vertex that comes back is introduced again,
+        under whatever id it gets (the compute stage maps it to the same global id by its name).
+        Runs after the epoch's delta is built, so that delta still names the released ids' edges
+        (their last, dead rows) with the vertices they belonged to."""
+        n = len(self.vertices.names)
+        used = np.zeros(n, dtype=bool)
+        e = self.edges
+        held = e.held()
+        used[e.src.view[held]] = True
+        used[e.dst.view[held]] = True
+        used[np.asarray(self.attrs.ids(), dtype=np.int64)] = True
+        for buf in self._buffers.values():
+            for chunk in buf.edges:
+                used[chunk[1]] = True
+                used[chunk[2]] = True
+            for chunk in buf.vertices:
+                used[chunk[1]] = True
+        used[self.vertices.free_ids()] = True  # released already
+        gone = np.flatnonzero(~used)
+        if not len(gone):
+            return
+        self.vertices.release(gone)
+        self.exists.view[gone[gone < len(self.exists)]] = False
+        self._stamps.clear(gone)
+        self.recycled += len(gone)
+
     def present(self) -> np.ndarray:
         """Local ids in S_e: with a window, the ends of a live edge and the vertices with attributes;
         without one, every vertex an applied update touched."""
@@ -339,6 +412,7 @@ class ShardStore:
                 "applied": dict(self.applied),
                 "transactions": self.transactions,
                 "vertices": self.vertices.names,
+                "recycled": self.recycled,
                 "types": self.types.names,
                 "exists": exists.copy(),
                 "attrs": self.attrs.state(),
@@ -366,8 +440,9 @@ class ShardStore:
             store._adds.extend(w["adds"])
             store.late = w["late"]
         store.epoch, store.applied, store.transactions = st["epoch"], st["applied"], st["transactions"]
-        store.vertices.ids(st["vertices"])
+        store.vertices.load(st["vertices"])
         store.types.ids(st["types"])
+        store.recycled = st.get("recycled", 0)
         store.exists.extend(st["exists"])
         if isinstance(st["attrs"], dict):  # a checkpoint from before the compact form: dicts by id
             for i, attrs in st["attrs"].items():
@@ -389,6 +464,8 @@ class ShardStore:
             "epoch": self.epoch,
             "applied": dict(self.applied),
             "vertices": int(self.exists.view.sum()),
+            "names": len(self.vertices),
+            "recycled": self.recycled,
             "edges": len(self.edges),
             "live_edges": self.edges.live(),
             "edge_bytes": self.edges.nbytes,

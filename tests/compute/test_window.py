@@ -407,9 +407,11 @@ def test_the_engine_ranks_the_present_subgraph_on_every_backend(backend, method)
 # -- against the real shard stores with a window (snapshots.store) ------------------------------------------
 
 
-def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0):
+def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0, recycled: list | None = None):
     """Tweets (and removals) through real windowed shard stores, times rising with a little disorder and
-    some late; yields (the merged shard snapshots, the sealed epoch) epoch by epoch."""
+    some late; yields (the merged shard snapshots, the sealed epoch) epoch by epoch. The shards give
+    back the local ids of the vertices the window emptied every other epoch (``recycled`` gets how
+    many, at the end)."""
     import random  # noqa: PLC0415
 
     from ingest.batch import Router  # noqa: PLC0415
@@ -419,7 +421,7 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
     from tests.graphref import merge  # noqa: PLC0415
 
     rng = random.Random(seed)
-    stores = [ShardStore(i, window) for i in range(shards)]
+    stores = [ShardStore(i, window, recycle_every=2) for i in range(shards)]
     offset, watermark, live = 0, 0.0, []
     for e in range(1, epochs + 1):
         router = Router(shards)
@@ -443,6 +445,8 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
         info = EpochInfo(epoch=e, vector={"p": offset}, records=offset, sealed_at=float(e), commit_ms=0.0,
                 timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0}, window=window, watermark=watermark, late=late)
         yield merge([s.snapshot() for s in stores]), SealedEpoch(info, [d for _, d in applied])
+    if recycled is not None:
+        recycled.append(sum(s.recycled for s in stores))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -455,7 +459,8 @@ def test_real_windowed_shards_rank_as_their_window(seed):
     one, many = ComputeStage(ranked), ComputeStage(ranked)
     batch: list[SealedEpoch] = []
     expired = late = counted = 0
-    for snap, sealed_epoch in shard_window_epochs(seed):
+    recycled: list[int] = []
+    for snap, sealed_epoch in shard_window_epochs(seed, recycled=recycled):
         late += sealed_epoch.info.late
         batch.append(sealed_epoch)
         stages = [(one, one.apply([sealed_epoch]))]
@@ -482,3 +487,4 @@ def test_real_windowed_shards_rank_as_their_window(seed):
             assert r.scores["pagerank"][~r.present].sum() == 0.0
     assert expired > 0  # the window did expire edges
     assert late > 0 and counted == late  # late events: counted per epoch, never in the graph
+    assert recycled[0] > 0  # shards gave local ids back, and vertices came back under new ones
