@@ -18,77 +18,18 @@ Why the state is a pure function of the epoch vector:
 from __future__ import annotations
 
 import pickle
+from typing import cast
 
 import numpy as np
 
 from ingest.batch import ShardBatch
 from snapshots.attrs import AttrTable, Stamps, decode, encode
 from snapshots.delta import EpochDelta, ShardSummary
-from snapshots.exceptions import EpochOrderError, ShardCapacityError
+from snapshots.exceptions import EpochOrderError
 from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
 from snapshots.growable import Column
+from snapshots.interner import Interner
 from snapshots.window import TimeLog
-
-class Interner:
-    """String -> dense int id. Ids given back by :meth:`release` are taken by new names first, lowest
-    first, so the table follows the names in use, not every name ever seen."""
-
-    def __init__(self, limit: int, what: str) -> None:
-        self.names: list[str | None] = []  # None: a released id, free for the next new name
-        self.index: dict[str, int] = {}
-        self._free: list[int] = []  # released ids, highest first (``pop`` takes the lowest)
-        self._limit = limit
-        self._what = what
-
-    def __len__(self) -> int:
-        """Names held now."""
-        return len(self.index)
-
-    def ids(self, names: list[str]) -> np.ndarray:
-        index = self.index
-        # Names a shard has seen before are most of every batch: look them all up in one pass.
-        got = list(map(index.get, names))
-        if None in got:
-            for i, name in enumerate(names):
-                if got[i] is None:
-                    j = index.get(name)  # a name can repeat within ``names``
-                    if j is None:
-                        j = index[name] = self._next_id()
-                        if j == len(self.names):
-                            self.names.append(name)
-                        else:
-                            self.names[j] = name
-                    got[i] = j
-        return np.array(got, dtype=np.int32)
-
-    def _next_id(self) -> int:
-        if self._free:
-            return self._free.pop()
-        j = len(self.names)
-        if j >= self._limit:
-            raise ShardCapacityError(
-                f"more than {self._limit} {self._what} on one shard. "
-                "Operator action: run with more --shards."
-            )
-        return j
-
-    def release(self, ids: np.ndarray) -> None:
-        """Forget the names of ``ids`` (held now, distinct); the next new names take the ids."""
-        names, index = self.names, self.index
-        for i in ids.tolist():
-            del index[names[i]]
-            names[i] = None
-        self._free = sorted(set(self._free).union(ids.tolist()), reverse=True)
-
-    def free_ids(self) -> np.ndarray:
-        return np.array(self._free, dtype=np.int64)
-
-    def load(self, names: list[str | None]) -> None:
-        """The ids a checkpoint saved (:attr:`names`, released ones as None), each name at its id again."""
-        self.names = list(names)
-        self.index = {name: i for i, name in enumerate(self.names) if name is not None}
-        self._free = [i for i in range(len(self.names) - 1, -1, -1) if self.names[i] is None]
-
 
 class _PartitionBuffer:
     """Transactions of one partition received but not yet covered by an epoch, as column chunks."""
@@ -197,11 +138,7 @@ class ShardStore:
 
         With a window, ``watermark`` is the epoch's W_e: transactions at or below ``W_e - window``
         do not enter (late), and contributions that fell to or below it leave."""
-        if epoch <= self.epoch:
-            raise EpochOrderError(f"shard {self.shard}: epoch {epoch} after epoch {self.epoch}")
-        for name, high in self.applied.items():
-            if vector.get(name, 0) < high:
-                raise EpochOrderError(f"shard {self.shard}: vector shrinks for {name}: {vector.get(name, 0)} < {high}")
+        self._check_order(epoch, vector)
         edge_parts, vertex_parts, txs = self._take(vector)
         bound = None
         late: dict[str, np.ndarray] = {}
@@ -259,16 +196,17 @@ class ShardStore:
         attr_ids = np.array(sorted(changed), dtype=np.int32)
         # Downstream ids are a pure function of the epochs: new vertices in name order, and only
         # the edge types applied so far, in name order (interning order depends on arrival).
-        names = self.vertices.names
+        names = cast(list[str], self.vertices.names)  # every id an applied update names is in use
         newly = newly[np.argsort(np.array([names[i] for i in newly], dtype=object), kind="stable")]
-        used = np.flatnonzero(np.bincount(e.etype.view, minlength=len(self.types.names)))
-        used = used[np.argsort(np.array([self.types.names[t] for t in used], dtype=object), kind="stable")]
-        type_map = np.zeros(len(self.types.names), dtype=np.int16)
+        types = cast(list[str], self.types.names)  # edge types are never given back
+        used = np.flatnonzero(np.bincount(e.etype.view, minlength=len(types)))
+        used = used[np.argsort(np.array([types[t] for t in used], dtype=object), kind="stable")]
+        type_map = np.zeros(len(types), dtype=np.int16)
         type_map[used] = np.arange(len(used), dtype=np.int16)
         delta = EpochDelta(
             shard=self.shard,
             epoch=epoch,
-            types=[self.types.names[t] for t in used],
+            types=[types[t] for t in used],
             new_ids=newly.astype(np.int32),
             new_names=[names[i] for i in newly],
             attr_ids=attr_ids,
@@ -294,6 +232,13 @@ class ShardStore:
             late=late,
         )
         return summary, delta
+
+    def _check_order(self, epoch: int, vector: dict[str, int]) -> None:
+        if epoch <= self.epoch:
+            raise EpochOrderError(f"shard {self.shard}: epoch {epoch} after epoch {self.epoch}")
+        for name, high in self.applied.items():
+            if vector.get(name, 0) < high:
+                raise EpochOrderError(f"shard {self.shard}: vector shrinks for {name}: {vector.get(name, 0)} < {high}")
 
     def _take(self, vector: dict[str, int]) -> tuple[list, list, int]:
         """Out of the buffers: the rows of every transaction below ``vector``, as (partition, columns)
