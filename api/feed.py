@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError
 
 from api.archive import ResultArchive
 from api.store import EpochView, ResultStore
+from ingest.runtime import HeapTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class ResultFeed:
         self._archive = archive
         self._resumed = archive is None  # the archived history is put in front once, before the first live epoch
         self._stop = threading.Event()
+        self._trimmer = HeapTrimmer()
         self._thread = threading.Thread(target=self._loop, name="result-feed", daemon=True)
 
     def start(self) -> "ResultFeed":
@@ -81,6 +83,8 @@ class ResultFeed:
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)
+        if views:
+            self._trimmer.maybe_trim()  # the pulled results' copies and the store's merges are free now
         return views
 
     def _loop(self) -> None:

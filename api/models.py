@@ -152,10 +152,16 @@ class HealthWindow(BaseModel):
     late: int = Field(description="events that arrived with their time already outside the window, since the launch")
 
 
+class HealthCheckpoint(BaseModel):
+    seconds: float = Field(description="the longest one stage (a shard, the compute actor) stalled writing the last checkpoint")
+    paused: int = Field(description="checkpoint epochs passed over since the launch, to keep checkpoints within --checkpoint-budget")
+
+
 class Health(BaseModel):
     status: str
     epoch: int
     window: HealthWindow | None = Field(None, description="the sliding window (from the pipeline's status); null: windows off")
+    checkpoint: HealthCheckpoint | None = Field(None, description="the checkpoints' cost (null before the first status poll)")
 
 
 class HistoryPoint(BaseModel):

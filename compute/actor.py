@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import pickle
+import time
 from pathlib import Path
 
 import ray
@@ -21,6 +22,7 @@ from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
+from ingest.runtime import HeapTrimmer
 from snapshots.epoch import EpochInfo
 from snapshots.checkpoint import CheckpointStore, read_verified
 
@@ -48,6 +50,7 @@ class ComputeActor:
             saved = pickle.loads(read_verified(Path(restore[0]), restore[1]))
             self._stage = ComputeStage.restored(saved, rank_types, rank, apps)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
+        self._trimmer = HeapTrimmer()
 
     def apply_epochs(self, infos: list[EpochInfo], *deltas) -> dict:
         """Merge the sealed epochs ``infos`` (oldest first; ``deltas`` are theirs, epoch by epoch,
@@ -56,17 +59,20 @@ class ComputeActor:
         epochs = [SealedEpoch(info, list(deltas[i * per:(i + 1) * per])) for i, info in enumerate(infos)]
         result = self._stage.apply(epochs)
         self._results.append(result)
+        self._trimmer.maybe_trim()  # the batch's transient arrays are free now
         return {
             "epoch": result.epoch, "vertices": result.vertices, "edges": result.edges,
             "compute_ms": result.compute_ms.get("pagerank", 0.0), "skipped": result.skipped,
         }
 
-    def checkpoint(self, epoch: int, data_dir: str) -> str:
+    def checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
         """Write the global ids as of the last epoch merged (``epoch``: the coordinator orders this call
-        after that epoch's ``apply_epochs``); returns the file's sha256."""
+        after that epoch's ``apply_epochs``); returns the file's sha256 and the seconds it took."""
         if self._stage.epoch != epoch:
             raise RuntimeError(f"the compute stage is at epoch {self._stage.epoch}, not {epoch}")
-        return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", pickle.dumps(self._stage.checkpoint_state(), protocol=5))
+        t0 = time.perf_counter()
+        payload = pickle.dumps(self._stage.checkpoint_state(), protocol=5)
+        return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", payload), time.perf_counter() - t0
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and

@@ -19,7 +19,7 @@ import ray
 
 from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
-from ingest.runtime import tune_gc
+from ingest.runtime import HeapTrimmer, tune_gc
 from ingest.sources import SourceSpec, open_partitions
 from ingest.transforms import Event, events_of, get_transform
 
@@ -84,6 +84,7 @@ class IngestActor:
         self._throttle: str | None = None  # why reading is paused (the service's memory budget), or None
         self.stats = {"records": 0, "transactions": 0, "dead_letters": 0, "rounds": 0}
         tune_gc()
+        self._trimmer = HeapTrimmer()
 
     def start(self) -> None:
         if self._thread is None:
@@ -142,6 +143,7 @@ class IngestActor:
                     time.sleep(IDLE_SLEEP_S)
                     continue
                 pending = current
+                self._trimmer.maybe_trim()
             if pending is not None:
                 self._finish(pending)
         except Exception as exc:  # noqa: BLE001 - surfaced through status() and the log

@@ -285,6 +285,7 @@ class Pipeline:
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level, s.epoch_log_keep,
+            s.checkpoint_budget,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
@@ -398,6 +399,7 @@ class Pipeline:
             # With a window: its length, the newest epoch's watermark, and the events that came too late.
             "window": {"window_s": coord["window"], "watermark": coord["watermark"], "late": coord["late"]}
             if coord.get("window") else None,
+            "checkpoint": coord.get("checkpoint"),
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 

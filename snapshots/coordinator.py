@@ -15,6 +15,12 @@ skips the ones in between, instead of falling further behind each epoch. A
 checkpoint epoch always ends a hand-off, and the consumer's checkpoint call
 follows it, so the consumer's state is saved as of exactly that epoch; the
 manifest is committed from the hand-off thread once every part is written.
+A checkpoint writes each stage's whole state, so its cost grows with the graph
+while an epoch's work follows the change: after a checkpoint that stalled a
+stage for ``d`` seconds, new epochs are not checkpointed for ``d * (1 / budget
+- 1)`` (``--checkpoint-budget``; as Flink's minimum pause between checkpoints,
+derived from the measured cost), so no stage spends more than that share of
+its time writing checkpoints; a crash then re-cuts more logged epochs.
 A failure in the consumer fails the pipeline (``status()["failed"]``): nothing
 goes on ranking a graph that missed an epoch.
 """
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
+import time
 
 import numpy as np
 import ray
@@ -41,6 +49,9 @@ log = logging.getLogger(__name__)
 MAX_QUEUED = 64
 # Epochs kept for status(): a few minutes at the default interval.
 RECENT = 256
+# Checkpoints quicker than this never pause the next ones: a small graph keeps one every
+# --checkpoint-every epochs, as before the budget.
+CHECKPOINT_PAUSE_FROM_S = 0.25
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -66,11 +77,14 @@ class EpochCoordinator:
         window: float | None = None,
         log_level: str = "INFO",
         log_keep: int = 0,
+        checkpoint_budget: float = 1.0,
+        checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S,
     ) -> None:
         """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
         epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
         watermarks, so history after a crash is the history before it. ``log_keep``: the newest epochs
-        the log keeps even once a checkpoint covers them (it is compacted after each checkpoint)."""
+        the log keeps even once a checkpoint covers them (it is compacted after each checkpoint).
+        ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause)."""
         logging.basicConfig(level=log_level)
         self._shards = shards
         self._consumer = consumer
@@ -80,6 +94,11 @@ class EpochCoordinator:
         self._checkpoints = CheckpointStore(data_dir) if data_dir and checkpoint_every else None
         self._checkpoint_every = checkpoint_every
         self._log_keep = log_keep
+        self._checkpoint_budget = checkpoint_budget
+        self._pause_from_s = checkpoint_pause_from_s
+        self._checkpoint_s = 0.0  # the longest stall of one stage in the last checkpoint
+        self._checkpoint_done = -math.inf  # time.monotonic() when it was committed
+        self._checkpoints_paused = 0  # checkpoint epochs passed over by the pause
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
         self._progress: dict[str, int] = {}
@@ -215,7 +234,9 @@ class EpochCoordinator:
                 late=self._count_late(summaries),
             )
             checkpoint = None
-            if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0:
+            if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0 and not (
+                not replaying and self._checkpoint_paused()
+            ):
                 # The shards write now, before they apply the next epoch; the consumer's part and
                 # the manifest follow on the hand-off thread.
                 checkpoint = (
@@ -228,6 +249,17 @@ class EpochCoordinator:
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued.notify_all()
             return info
+
+    def _checkpoint_paused(self) -> bool:
+        """Is a new epoch too soon after the last checkpoint for the budget? (Re-cut epochs never are:
+        after a crash with nothing new to read, the newest checkpoint must catch up with the log.)"""
+        d = self._checkpoint_s
+        if d < self._pause_from_s or self._checkpoint_budget >= 1.0:
+            return False
+        if time.monotonic() - self._checkpoint_done >= d * (1.0 / self._checkpoint_budget - 1.0):
+            return False
+        self._checkpoints_paused += 1
+        return True
 
     def _count_late(self, summaries) -> int:
         """Late transactions of the epoch, each once, though its updates may sit on several shards."""
@@ -293,11 +325,13 @@ class EpochCoordinator:
         files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None  # only called where checkpoints are configured
         compute = self._consumer.checkpoint.remote(epoch.number, self._data_dir) if self._consumer is not None else None
-        digests = ray.get(shard_refs)
+        written = ray.get(shard_refs)  # (sha256, seconds the write stalled the shard) each
+        compute_digest, compute_s = ray.get(compute) if compute is not None else (None, 0.0)
         self._checkpoints.commit(
-            epoch.number, epoch.vector, valid, dict(enumerate(digests)), ray.get(compute) if compute is not None else None,
-            late,
+            epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, compute_digest, late,
         )
+        self._checkpoint_s = max([compute_s, *(s for _, s in written)])
+        self._checkpoint_done = time.monotonic()
         epoch.advance(EpochStatus.DURABLE)
         with self._lock:
             self._durable = dict(epoch.vector)
@@ -334,6 +368,7 @@ class EpochCoordinator:
             "window": self._window,
             "watermark": last.watermark if last else None,
             "late": self._late,
+            "checkpoint": {"seconds": round(self._checkpoint_s, 3), "paused": self._checkpoints_paused},
             "recent": [
                 {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
                 for e in list(self._recent)[-10:]

@@ -7,12 +7,13 @@ so a batch an ingest actor saw acknowledged is buffered before any later
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import ray
 
 from ingest.batch import ShardBatch
-from ingest.runtime import tune_gc
+from ingest.runtime import HeapTrimmer, tune_gc
 from snapshots.checkpoint import CheckpointStore, read_verified
 from snapshots.exceptions import CheckpointError
 from snapshots.store import ShardStore
@@ -35,12 +36,16 @@ class ShardActor:
                     f"with the window the data folder was made with, or move the data folder aside to start anew."
                 )
         tune_gc()
+        self._trimmer = HeapTrimmer()
 
-    def checkpoint(self, epoch: int, data_dir: str) -> str:
-        """Write the state as of ``epoch`` (the last one applied); returns the file's sha256."""
+    def checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
+        """Write the state as of ``epoch`` (the last one applied); returns the file's sha256 and the
+        seconds it took (the shard applies nothing meanwhile: the coordinator's budget reads them)."""
         if self._store.epoch != epoch:
             raise CheckpointError(f"shard {self._store.shard} is at epoch {self._store.epoch}, not {epoch}")
-        return CheckpointStore(data_dir).write_shard(epoch, self._store.shard, self._store.state())
+        t0 = time.perf_counter()
+        digest = CheckpointStore(data_dir).write_shard(epoch, self._store.shard, self._store.state())
+        return digest, time.perf_counter() - t0
 
     def receive(self, batch: ShardBatch) -> int:
         return self._store.receive(batch)
@@ -49,7 +54,9 @@ class ShardActor:
     def apply(self, epoch: int, vector: dict[str, int], watermark: float | None = None):
         """Returns (summary, delta) as two objects so the coordinator can wait on the small one
         and hand the delta's reference straight to the compute actor."""
-        return self._store.apply(epoch, vector, watermark)
+        out = self._store.apply(epoch, vector, watermark)
+        self._trimmer.maybe_trim()
+        return out
 
     def ping(self) -> int:
         """Liveness: the last epoch applied."""
