@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import scipy.sparse as sp
 
@@ -151,15 +152,17 @@ class GlobalGraph:
         return v
 
     def ids_state(self) -> dict:
-        """What fixes the global ids: vertex names and edge types in id order (see :meth:`restore_ids`)."""
-        return {"names": list(self.names), "types": list(self.types)}
+        """What fixes the global ids: vertex names and edge types in id order (see :meth:`restore_ids`).
+        The names go as one MessagePack array: a pickled list memoizes every string (ten times slower)."""
+        return {"names": msgspec.msgpack.encode(self.names), "types": list(self.types)}
 
     @classmethod
     def restore_ids(cls, state: dict) -> "GlobalGraph":
         """An empty graph that gives the checkpointed names and types their old ids again; the shards'
         first deltas after a restore then fill it. Ids that consumers (the API) already hold stay valid."""
         g = cls()
-        g.names = list(state["names"])
+        names = state["names"]
+        g.names = msgspec.msgpack.decode(names) if isinstance(names, bytes) else list(names)
         g.index = {name: i for i, name in enumerate(g.names)}
         g.types = list(state["types"])
         g._type_index = {t: i for i, t in enumerate(g.types)}

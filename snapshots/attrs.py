@@ -85,11 +85,14 @@ class AttrTable:
     def __len__(self) -> int:
         return sum(1 for v in self._values if v is not None)
 
-    def state(self) -> list[bytes | None]:
-        """For a checkpoint: the list itself (pickled as it is; no object per vertex is made)."""
-        return self._values
+    def state(self) -> bytes:
+        """For a checkpoint: the list as one MessagePack array (pickle would memoize every value)."""
+        return msgspec.msgpack.encode(self._values)
 
-    def load(self, values: list) -> None:
+    def load(self, values: list | bytes) -> None:
+        """What :meth:`state` saved (or, from older checkpoints, the list itself)."""
+        if isinstance(values, bytes):
+            values = msgspec.msgpack.decode(values)
         for i, raw in enumerate(values):
             if raw is not None:
                 self.put(i, raw)

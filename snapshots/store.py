@@ -347,25 +347,25 @@ class ShardStore:
 
     # -- checkpoints --------------------------------------------------------
     def state(self) -> bytes:
-        """The applied state (never the buffer: the source replays it from the vector) as bytes."""
+        """The applied state (never the buffer: the source replays it from the vector) as bytes. The
+        columns are pickled from their views, uncopied: nothing changes them while this runs."""
         e = self.edges
-        exists = self.exists.view
         return pickle.dumps(
             {
                 "shard": self.shard,
                 "epoch": self.epoch,
                 "applied": dict(self.applied),
                 "transactions": self.transactions,
-                "vertices": self.vertices.names,
+                "vertices": self.vertices.encoded(),
                 "recycled": self.recycled,
                 "types": self.types.names,
-                "exists": exists.copy(),
+                "exists": self.exists.view,
                 "attrs": self.attrs.state(),
                 "stamps": self._stamps.state(),
-                "edges": e.columns(),
+                "edges": e.columns(copy=False),
                 "window": None if self._contrib is None else {
                     "contributions": self._contrib.state(), "writes": self._writes.state() if self._writes is not None else None,
-                    "rows": self._rows.view.copy(), "adds": self._adds.view.copy(), "late": self.late,
+                    "rows": self._rows.view, "adds": self._adds.view, "late": self.late,
                 },
             },
             protocol=5,
