@@ -172,7 +172,9 @@ class ShardStore:
         if self._resend_all:
             self._resend_all = False
             newly = np.flatnonzero(self.exists.view)
-            touched = np.arange(len(self.edges), dtype=np.int64)
+            # The held slots only: a released slot (with a window) still names the ids it had, which
+            # may have been given back since, and a full delta says every edge it omits is gone.
+            touched = self.edges.held()
             changed_all = set(self.attrs.ids())
         else:
             changed_all = set()

@@ -153,6 +153,18 @@ def test_vertices_the_window_emptied_give_their_ids_to_new_ones_and_the_shard_st
     restored = ShardStore.restore(store.state())
     assert restored.vertices.names == store.vertices.names and restored.vertices.index == store.vertices.index
     assert restored.snapshot() == store.snapshot()
+    # A relaunch: the restored shard's next delta is the whole shard, read by a compute stage that
+    # starts from the checkpointed ids. Released slots still name ids given back since; it must not see them.
+    g = GlobalGraph.restore_ids(g.ids_state())
+    g.set_windowed(True)
+    router.add("p", 160, [EdgeUpdate("a41.0", "b41.0", "link", 1, 1, 82.0)])
+    router.stamp_times()
+    restored.receive(router.take()[0])
+    _, delta = restored.apply(41, {"p": 161}, 82.0)
+    assert delta.full and set(delta.e_slot.tolist()) == set(restored.edges.held().tolist())
+    g.apply(delta)
+    live = {(f"a{x}.{k}", f"b{x}.{k}", "link") for x in (39, 40) for k in range(4)} | {("a41.0", "b41.0", "link")}
+    assert {k for k, (m, _) in g.snapshot()["edges"].items() if m > 0} == live
 
 
 def test_a_transaction_without_any_time_is_dropped_by_the_stamp_and_one_with_a_record_time_takes_it():
