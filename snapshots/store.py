@@ -172,9 +172,7 @@ class ShardStore:
         if self._resend_all:
             self._resend_all = False
             newly = np.flatnonzero(self.exists.view)
-            # The held slots only: a released slot (with a window) still names the ids it had, which
-            # may have been given back since, and a full delta says every edge it omits is gone.
-            touched = self.edges.held()
+            touched = self.edges.held()  # a released slot's ids may have been given back since
             changed_all = set(self.attrs.ids())
         else:
             changed_all = set()
