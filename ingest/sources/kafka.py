@@ -61,6 +61,11 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 BOOTSTRAP_TIMEOUT_MS = 10_000
 # How often an idle consumer checks that the broker still answers (and measures lag).
 PROBE_S = 2.0
+# A client disconnected this long with its consumer open is closed and opened anew. Seen in the chaos
+# test: after a broker restart librdkafka kept two partitions as unknown ("Failed to get watermark
+# offsets: Local: Unknown partition") and fetched nothing from them for the 300 s the test waited (its
+# metadata refresh comes every 5 minutes); a new client asks for the metadata at once.
+REOPEN_AFTER_S = 20.0
 # How long one fill waits for records: short, so a round over several partitions never stalls.
 POLL_TIMEOUT_S = 0.02
 # A partition's in-process queue holds about this many records at most (or four takes, if more).
@@ -98,6 +103,7 @@ class BaseKafkaClient(abc.ABC):
         self._consumer: Any = None  # the library's consumer once connected (imported lazily)
         self._backoff = BACKOFF_MIN_S
         self._next_try = 0.0
+        self._down_since = 0.0  # time.monotonic() when the client last went from connected to not
         self._next_probe = 0.0
         self._committed: dict[int, int] = {}
         self._commit_failing = False
@@ -203,6 +209,7 @@ class BaseKafkaClient(abc.ABC):
     def _down(self, exc: BaseException) -> None:
         if self.connected or self.error is None:
             log.warning("Kafka at %s unreachable (%s); retrying with backoff", self.bootstrap, exc)
+            self._down_since = time.monotonic()
         self.connected, self.error = False, f"{type(exc).__name__}: {exc}"
         self._next_try = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
@@ -212,6 +219,8 @@ class BaseKafkaClient(abc.ABC):
         any queue is full."""
         if any(len(q) >= self._queue_cap for q in self.queues.values()):
             return
+        if self._consumer is not None and not self.connected and time.monotonic() - self._down_since >= REOPEN_AFTER_S:
+            self._reopen()
         if not self._connect():
             return
         try:
@@ -235,6 +244,18 @@ class BaseKafkaClient(abc.ABC):
         if time.monotonic() >= self._next_probe:
             self._next_probe = time.monotonic() + PROBE_S
             self.probe()
+
+    def _reopen(self) -> None:
+        """Close the consumer and let the next fill open a new one (from the positions taken so far:
+        what was queued is fetched again)."""
+        log.warning("Kafka client for %s partitions %s disconnected for %.0f s (%s); opening a new one",
+                    self.topic, self._partitions, time.monotonic() - self._down_since, self.error)
+        try:
+            self._close()
+        except Exception:  # noqa: BLE001 - a client that cannot even close is dropped all the same
+            log.exception("closing the stuck Kafka client failed")
+        self._consumer = None
+        self._down_since = time.monotonic()
 
     def probe(self) -> None:
         """Ask the broker for the end offsets: it answers (lag measured) or the client is disconnected."""
