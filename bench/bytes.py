@@ -58,12 +58,8 @@ def breakdown(name: str, obj, seen: set[int]) -> list[tuple[str, int]]:
 def main(argv: list[str] | None = None) -> int:
     from api.archive import ResultArchive
     from api.store import ResultStore
+    from bench.replay import sealed_epochs
     from compute.stage import ComputeStage, SealedEpoch
-    from ingest.batch import Router
-    from ingest.sources import SourceSpec, open_partitions
-    from ingest.transforms import Event, get_transform
-    from snapshots.epoch import EpochInfo
-    from snapshots.store import ShardStore
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -75,30 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retain", type=int, default=120)
     args = ap.parse_args(argv)
 
-    spec = SourceSpec(kind="synthetic", partitions=args.partitions, rate=None, seed=7, users=args.users, hashtags=args.hashtags)
-    names = spec.partition_names()
-    parts = open_partitions(spec, names, {n: 0 for n in names})
-    transform, router = get_transform("tweets"), Router(args.shards)
-    stores = [ShardStore(i) for i in range(args.shards)]
     archive_dir = tempfile.TemporaryDirectory(prefix="pg-bytes-")
     archive = ResultArchive(Path(archive_dir.name) / "results", args.retain)
     stage, api = ComputeStage(("mentions",)), ResultStore(args.retain, archive)
-    per_part = max(args.per_epoch // len(parts), 1)
     t0 = time.perf_counter()
-    for e in range(1, args.events // args.per_epoch + 1):
-        vector = {}
-        for p in parts:
-            got = 0
-            while got < per_part:
-                records = p.next_batch(min(5000, per_part - got))
-                transform.feed(router, p.name, [Event(r.offset, 0, r.value) for r in records])
-                for store, batch in zip(stores, router.take()):
-                    if len(batch):
-                        store.receive(batch)
-                got += len(records)
-            vector[p.name] = p.position()
-        deltas = [s.apply(e, vector)[1] for s in stores]
-        info = EpochInfo(epoch=e, vector=vector, records=sum(vector.values()), sealed_at=time.time())
+    stream = sealed_epochs(args.events, args.per_epoch, args.users, args.hashtags, args.partitions, args.shards)
+    for info, deltas, stores in stream:
         known = len(api.names)
         result = stage.apply([SealedEpoch(info, deltas)])
         api.add([result], stage.graph.names[known:])

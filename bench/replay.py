@@ -48,42 +48,51 @@ def rss_mb() -> float:
     return 0.0
 
 
-def record(args) -> int:
+def sealed_epochs(events: int, per_epoch: int, users: int, hashtags: int, partitions: int, shards: int,
+                  batch: int = 5000, seed: int = 7):
+    """The growing synthetic tweet stream through the code the actors run, without the actors
+    (transform, router, shard stores, the epoch cut): yields ``(info, deltas, stores)`` epoch by epoch,
+    the deltas as the compute actor receives them."""
     from ingest.batch import Router
     from ingest.sources import SourceSpec, open_partitions
     from ingest.transforms import Event, get_transform
     from snapshots.store import ShardStore
 
-    spec = SourceSpec(kind="synthetic", partitions=args.partitions, rate=None, seed=args.seed,
-                      users=args.users, hashtags=args.hashtags)
+    spec = SourceSpec(kind="synthetic", partitions=partitions, rate=None, seed=seed, users=users, hashtags=hashtags)
     names = spec.partition_names()
     parts = open_partitions(spec, names, {n: 0 for n in names})
     transform = get_transform("tweets")
-    router = Router(args.shards)
-    stores = [ShardStore(i) for i in range(args.shards)]
-    per_part = max(args.per_epoch // len(parts), 1)
+    router = Router(shards)
+    stores = [ShardStore(i) for i in range(shards)]
+    per_part = max(per_epoch // len(parts), 1)
+    for e in range(1, events // per_epoch + 1):
+        vector = {}
+        for p in parts:
+            got = 0
+            while got < per_part:
+                records = p.next_batch(min(batch, per_part - got))
+                transform.feed(router, p.name, [Event(r.offset, 0, r.value) for r in records])
+                for store, b in zip(stores, router.take()):
+                    if len(b):
+                        store.receive(b)
+                got += len(records)
+            vector[p.name] = p.position()
+        deltas = [s.apply(e, vector)[1] for s in stores]
+        info = EpochInfo(epoch=e, vector=vector, records=sum(vector.values()), sealed_at=time.time(),
+                commit_ms=0.0, timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
+        yield info, deltas, stores
+
+
+def record(args) -> int:
     epochs = args.events // args.per_epoch
     t0 = time.perf_counter()
     with lzma.open(args.out, "wb", preset=1) as f:
         pickle.dump({"users": args.users, "hashtags": args.hashtags, "epochs": epochs, "per_epoch": args.per_epoch}, f)
-        for e in range(1, epochs + 1):
-            vector = {}
-            for p in parts:
-                got = 0
-                while got < per_part:
-                    records = p.next_batch(min(args.batch, per_part - got))
-                    events = [Event(r.offset, 0, r.value) for r in records]
-                    transform.feed(router, p.name, events)
-                    for store, batch in zip(stores, router.take()):
-                        if len(batch):
-                            store.receive(batch)
-                    got += len(records)
-                vector[p.name] = p.position()
-            deltas = [s.apply(e, vector)[1] for s in stores]
-            info = EpochInfo(epoch=e, vector=vector, records=sum(vector.values()), sealed_at=time.time(),
-                    commit_ms=0.0, timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
+        stream = sealed_epochs(args.events, args.per_epoch, args.users, args.hashtags, args.partitions, args.shards,
+                               args.batch, args.seed)
+        for info, deltas, stores in stream:
             pickle.dump((info, deltas), f, protocol=5)
-            print(f"\rrecorded epoch {e}/{epochs}  {sum(s.edges.live() for s in stores) / 1e6:.2f}M live edges"
+            print(f"\rrecorded epoch {info.epoch}/{epochs}  {sum(s.edges.live() for s in stores) / 1e6:.2f}M live edges"
                   f"  {(time.perf_counter() - t0):.0f} s", end="", file=sys.stderr)
     print(f"\n{args.out}: {Path(args.out).stat().st_size / 1e6:.1f} MB", file=sys.stderr)
     return 0
