@@ -285,7 +285,7 @@ class EpochCoordinator:
             batch.append(item)
             # A re-cut epoch of the log is handed over alone: it was ranked on its own before the
             # crash, and is published again exactly as it was.
-            boundary = item[2] is not None or (every and self._checkpoints and item[0].epoch % every == 0)
+            boundary = bool(every and self._checkpoints and item[0].epoch % every == 0)  # checkpointed or passed over
             if boundary or item[3] or (self._queue and self._queue[0][3]):
                 break
         return batch
