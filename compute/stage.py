@@ -46,8 +46,9 @@ class ComputeStage:
     def __init__(
         self, rank_types: tuple[str, ...] | None = None, rank: RankConfig | None = None,
         apps: AppConfig | None = None, graph: GlobalGraph | None = None, apps_state: dict | None = None,
+        reuse_after: int | None = None,
     ) -> None:
-        self.graph = graph if graph is not None else GlobalGraph()
+        self.graph = graph if graph is not None else GlobalGraph(reuse_after=reuse_after)
         self.rank_types = tuple(rank_types) if rank_types else None
         self.apps = Applications(apps or AppConfig())
         self.apps.restore(apps_state)
@@ -108,13 +109,17 @@ class ComputeStage:
             watermark=info.watermark,
             late=sum(e.info.late for e in epochs),
             present=None if present is None else present.copy(),
+            reuse_after=g.reuse_after if g.reusing else None,
         )
 
     def checkpoint_state(self) -> dict:
         """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""
-        return {**self.graph.ids_state(), "apps": self.apps.state_dict()}
+        return {**self.graph.ids_state(), "epoch": self.epoch, "apps": self.apps.state_dict()}
 
     @classmethod
-    def restored(cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None) -> "ComputeStage":
-        return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved), saved.get("apps"))
+    def restored(
+        cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None,
+        reuse_after: int | None = None,
+    ) -> "ComputeStage":
+        return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"))
 

@@ -28,6 +28,7 @@ from api.store import EpochView, ResultStore
 from compute.actor import ComputeActor
 from compute.apps.runner import APP_SETTINGS
 from compute.engine import RANK_SETTINGS
+from compute.graph import GRAPH_SETTINGS
 from ingest.actor import IngestActor
 from ingest.sources import SourceSpec
 from ingest.sources.kafka import TopicInfo, describe_topic, partition_number
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 MIN_LOCAL_CPUS = 4
 # The settings the compute actor reads (never the whole Settings: no token travels to an actor),
 # as the compute stage's configs name them.
-RANKING_FIELDS = {*RANK_SETTINGS.values(), *APP_SETTINGS}
+RANKING_FIELDS = {*RANK_SETTINGS.values(), *APP_SETTINGS, *GRAPH_SETTINGS}
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 

@@ -3,7 +3,8 @@
 Values are absolute (the edge's multiplicity and weight sum after the epoch,
 not the change), so applying a delta twice is harmless. Vertex and edge ids are
 the shard's local ids; ``new_names`` introduces every local vertex id a delta
-refers to before or in the delta that first uses it.
+refers to before or in the delta that first uses it, and ``released`` ends an
+introduction (the id is introduced again before it is used again).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class EpochDelta:
     e_first_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     # True when the delta holds the shard's whole state (the first epoch after a restore).
     full: bool = False
+    # With a window: local ids whose vertex the window emptied (no held edge slot, no attributes), from
+    # the applied state only. They name no vertex of this shard from now on: a later update introduces
+    # the vertex again by name. The compute stage counts, per global id, the shards still holding it.
+    released: np.ndarray = field(default_factory=lambda: _I32)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,8 @@ class ShardStore:
         used = used[np.argsort(np.array([types[t] for t in used], dtype=object), kind="stable")]
         type_map = np.zeros(len(types), dtype=np.int16)
         type_map[used] = np.arange(len(used), dtype=np.int16)
+        # Decided on the applied state at fixed epochs, so every run reaching this epoch releases the same.
+        released = self._released() if self.window and epoch % self.recycle_every == 0 else np.zeros(0, np.int32)
         delta = EpochDelta(
             shard=self.shard,
             epoch=epoch,
@@ -219,6 +221,7 @@ class ShardStore:
             e_weight=e.weight.view[touched].copy(),
             e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
+            released=released,
         )
         if self.window and epoch % self.recycle_every == 0:
             self._recycle()
@@ -303,23 +306,39 @@ class ShardStore:
         stamps.clear(gone)
         return set(gone.tolist())
 
-    def _recycle(self) -> None:
-        """Give back the local ids of vertices the window emptied: no edge slot held (live, or with a
-        contribution still inside), no attributes, no buffered transaction naming them. Their names
-        leave the interner, so a shard holds the vertices of the window, not every vertex ever seen.
+    def _released(self) -> np.ndarray:
+        """End the introduction of the local ids whose vertex the window emptied: introduced (``exists``),
+        no edge slot held, no attributes. Only applied state decides (buffered transactions do not), so
+        the compute stage sees the same releases in every run; :meth:`_recycle` later reuses the ids
+        themselves, once no buffered transaction names them either."""
+        gone = np.flatnonzero(self.exists.view & ~self._held_vertices(len(self.exists)))
+        self.exists.view[gone] = False
+        return gone.astype(np.int32)
 
-        Invisible downstream: a local id never leaves the shard except in a delta that introduces it
-        by name first (``new_ids``/``new_names``), and a vertex that comes back is introduced again,
-        under whatever id it gets (the compute stage maps it to the same global id by its name).
-        Runs after the epoch's delta is built, so that delta still names the released ids' edges
-        (their last, dead rows) with the vertices they belonged to."""
-        n = len(self.vertices.names)
+    def _held_vertices(self, n: int) -> np.ndarray:
+        """Per local id below ``n``: is it an end of a held edge slot (live, or with a contribution still
+        inside the window), or does it have attributes."""
         used = np.zeros(n, dtype=bool)
         e = self.edges
         held = e.held()
         used[e.src.view[held]] = True
         used[e.dst.view[held]] = True
         used[np.asarray(self.attrs.ids(), dtype=np.int64)] = True
+        return used
+
+    def _recycle(self) -> None:
+        """Give back the local ids of vertices the window emptied: no edge slot held (live, or with a
+        contribution still inside), no attributes, no buffered transaction naming them. Their names
+        leave the interner, so a shard holds the vertices of the window, not every vertex ever seen.
+
+        Invisible downstream: a local id never leaves the shard except in a delta that introduces it
+        by name first (``new_ids``/``new_names``), an id given back here was released in a delta
+        before (:meth:`_released`), and a vertex that comes back is introduced again, under whatever
+        id it gets. Runs after the epoch's delta is built, so that delta still names the released
+        ids' edges (their last, dead rows) with the vertices they belonged to."""
+        n = len(self.vertices.names)
+        used = self._held_vertices(n)
+        used[: len(self.exists)] |= self.exists.view  # still introduced downstream (see _released)
         for buf in self._buffers.values():
             for chunk in buf.edges:
                 used[chunk[1]] = True
@@ -331,7 +350,6 @@ class ShardStore:
         if not len(gone):
             return
         self.vertices.release(gone)
-        self.exists.view[gone[gone < len(self.exists)]] = False
         self._stamps.clear(gone)
         self.recycled += len(gone)
 
@@ -358,6 +376,7 @@ class ShardStore:
                 "transactions": self.transactions,
                 "vertices": self.vertices.encoded(),
                 "recycled": self.recycled,
+                "recycle_every": self.recycle_every,
                 "types": self.types.names,
                 "exists": self.exists.view,
                 "attrs": self.attrs.state(),
@@ -377,7 +396,8 @@ class ShardStore:
         downstream stage that starts empty is rebuilt by it."""
         st = pickle.loads(payload)
         w = st.get("window")
-        store = cls(st["shard"], w["contributions"]["window"] if w else None)
+        # The release cadence decides which epochs release ids (and so the global ids): the saved one.
+        store = cls(st["shard"], w["contributions"]["window"] if w else None, st.get("recycle_every", RECYCLE_EVERY))
         if w:
             store._contrib = TimeLog.restore(w["contributions"])
             store._writes = TimeLog.restore(w["writes"])

@@ -407,7 +407,8 @@ def test_the_engine_ranks_the_present_subgraph_on_every_backend(backend, method)
 # -- against the real shard stores with a window (snapshots.store) ------------------------------------------
 
 
-def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0, recycled: list | None = None):
+def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0, recycled: list | None = None,
+                        users: int = 10):
     """Tweets (and removals) through real windowed shard stores, times rising with a little disorder and
     some late; yields (the merged shard snapshots, the sealed epoch) epoch by epoch. The shards give
     back the local ids of the vertices the window emptied every other epoch (``recycled`` gets how
@@ -431,7 +432,7 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
                 s, d, t = rng.choice(live)
                 updates = [EdgeUpdate(s, d, t, -1, fixed_weight(1.0), ts)]
             else:
-                updates = tweet(f"u{rng.randrange(10)}", [f"u{rng.randrange(10)}" for _ in range(rng.randrange(3))],
+                updates = tweet(f"u{rng.randrange(users)}", [f"u{rng.randrange(users)}" for _ in range(rng.randrange(3))],
                                 [f"h{rng.randrange(3)}" for _ in range(rng.randrange(2))], ts=ts)
                 live += [(u.src, u.dst, u.type) for u in updates if isinstance(u, EdgeUpdate)]
             router.add("p", offset, updates)
@@ -449,18 +450,22 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
         recycled.append(sum(s.recycled for s in stores))
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_real_windowed_shards_rank_as_their_window(seed):
+@pytest.mark.parametrize("seed,reuse_after", [(0, None), (1, None), (2, None), (0, 1), (1, 2), (2, 3)])
+def test_real_windowed_shards_rank_as_their_window(seed, reuse_after):
     """The shards' own windowed snapshots (what the shard side holds to its definition) are the reference:
-    the stage, one epoch at a time and in merged pairs, must hold that graph and rank it."""
+    the stage, one epoch at a time and in merged pairs, must hold that graph and rank it, with vertex
+    ids reused (``reuse_after``) the same in both."""
     from ingest.events import WEIGHT_SCALE  # noqa: PLC0415
 
     ranked = ("mentions",)
-    one, many = ComputeStage(ranked), ComputeStage(ranked)
+    one, many = ComputeStage(ranked, reuse_after=reuse_after), ComputeStage(ranked, reuse_after=reuse_after)
+    reused = 0
     batch: list[SealedEpoch] = []
     expired = late = counted = 0
     recycled: list[int] = []
-    for snap, sealed_epoch in shard_window_epochs(seed, recycled=recycled):
+    # With reuse, more users than a window holds, so that some leave it for long enough.
+    stream = shard_window_epochs(seed, recycled=recycled) if reuse_after is None else shard_window_epochs(seed, 30, recycled=recycled, users=60)
+    for snap, sealed_epoch in stream:
         late += sealed_epoch.info.late
         batch.append(sealed_epoch)
         stages = [(one, one.apply([sealed_epoch]))]
@@ -468,6 +473,9 @@ def test_real_windowed_shards_rank_as_their_window(seed):
         if len(batch) == 2:
             stages.append((many, many.apply(batch)))
             batch = []
+            assert many.graph.names == one.graph.names
+        reused += sum(len(ids) for _, ids, names in one.graph._renames if names and names[0])
+        one.graph.forget_renames(sealed_epoch.info.epoch)
         live = {k: v for k, v in snap["edges"].items() if v[0] > 0}
         present = set(snap["vertices"])
         for stage, r in stages:
@@ -488,3 +496,4 @@ def test_real_windowed_shards_rank_as_their_window(seed):
     assert expired > 0  # the window did expire edges
     assert late > 0 and counted == late  # late events: counted per epoch, never in the graph
     assert recycled[0] > 0  # shards gave local ids back, and vertices came back under new ones
+    assert (reused > 0) == (reuse_after is not None)  # and so did the compute stage's ids, when it may

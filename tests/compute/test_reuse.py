@@ -1,0 +1,135 @@
+"""Global vertex ids given back and reused under a window (compute/graph.py, "Reused ids").
+
+Real shard stores with a window feed a :class:`~compute.graph.GlobalGraph` a stream of ever new
+vertices, so without reuse the id space grows with every vertex ever seen. Held against: the
+window's edges by name at every epoch, an id space as large as the window plus the reuse delay,
+the same ids however the epochs are batched and after a restart from checkpoints, and a consumer's
+copy of the names kept only from :meth:`~compute.graph.GlobalGraph.name_changes`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compute.graph import GlobalGraph
+from ingest.batch import Router
+from ingest.events import EdgeUpdate
+from snapshots.delta import EpochDelta
+from snapshots.store import ShardStore
+
+WINDOW = 3.0  # event time runs one second an epoch: three epochs of edges are live
+SHARDS = 2
+REUSE_AFTER = 3
+PER_EPOCH = 4
+
+
+def records(e: int) -> list[tuple[int, list[EdgeUpdate]]]:
+    """Epoch ``e``'s transactions: edges between vertices never seen before, and one hub every edge
+    of the epoch also points at (it stays in the window while the others come and go)."""
+    out = []
+    for k in range(PER_EPOCH):
+        src, dst = f"a{e}.{k}", f"b{e}.{k}"
+        out.append((PER_EPOCH * (e - 1) + k, [EdgeUpdate(src, dst, "link", 1, 1, float(e)), EdgeUpdate(src, "hub", "link", 1, 1, float(e))]))
+    return out
+
+
+def sealed(stores: list[ShardStore], e: int) -> list[EpochDelta]:
+    router = Router(SHARDS)
+    for offset, updates in records(e):
+        router.add("p", offset, updates)
+    router.stamp_times()
+    for store, batch in zip(stores, router.take()):
+        store.receive(batch)
+    return [store.apply(e, {"p": PER_EPOCH * e}, float(e))[1] for store in stores]
+
+
+def live_names(g: GlobalGraph) -> set[tuple[str, str, str]]:
+    return {k for k, (m, _) in g.snapshot()["edges"].items() if m > 0}
+
+
+def window_of(e: int) -> set[tuple[str, str, str]]:
+    return {(f"a{x}.{k}", d, "link") for x in range(max(1, e - 2), e + 1) for k in range(PER_EPOCH)
+            for d in (f"b{x}.{k}", "hub")}
+
+
+def test_ids_follow_the_window_and_a_consumer_keeps_its_names_from_the_changes():
+    stores = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    g = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    copy: list[str] = []
+    for e in range(1, 61):
+        g.apply_epochs([sealed(stores, e)])
+        assert live_names(g) == window_of(e)
+        changes = g.name_changes(e - 1, len(copy))
+        for i, name in zip(changes.ids.tolist(), changes.renamed):
+            copy[i] = name
+        copy[changes.start:] = changes.names
+        g.forget_renames(e - 1)
+        assert copy == g.names
+    # 481 vertices were seen; the window holds 25 at a time, and a vertex's id waits 3 epochs (and
+    # up to one more for its shard's release) before another takes it.
+    assert g.n <= 25 + (REUSE_AFTER + 2) * 2 * PER_EPOCH
+    assert sum(1 for name in g.names if name) == len(g.index) and "hub" in g.index
+    present = g.present()
+    assert present is not None and int(present.sum()) == 25
+    # A consumer that last looked before the changes still kept gets every name instead.
+    stale = g.name_changes(0, 10)
+    assert stale.start == 0 and stale.names == g.names
+
+
+def test_without_reuse_the_ids_grow_with_every_vertex_seen():
+    stores = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    g = GlobalGraph(windowed=True)
+    for e in range(1, 31):
+        g.apply_epochs([sealed(stores, e)])
+    assert g.n == 1 + 30 * 2 * PER_EPOCH and live_names(g) == window_of(30)
+
+
+def test_the_ids_are_the_same_however_batched_and_after_a_restart_from_checkpoints():
+    stores = [ShardStore(i, WINDOW, recycle_every=2) for i in range(SHARDS)]
+    one = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    many = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    names: dict[int, list[str]] = {}
+    batch: list[list[EpochDelta]] = []
+    saved = None
+    for e in range(1, 41):
+        deltas = sealed(stores, e)
+        one.apply_epochs([deltas])
+        names[e] = list(one.names)
+        batch.append(deltas)
+        if len(batch) == 3 or e == 40:
+            many.apply_epochs(batch)
+            batch = []
+            assert many.names == one.names
+        if e == 20:
+            saved = ([s.state() for s in stores], one.ids_state())
+    assert saved is not None and len(names[20]) < 1 + 20 * 2 * PER_EPOCH  # ids were reused by then
+    # Restart at epoch 20: shards and ids from their checkpoints, the stream replayed from there.
+    stores = [ShardStore.restore(state) for state in saved[0]]
+    g = GlobalGraph.restore_ids(saved[1], REUSE_AFTER)
+    g.set_windowed(True)
+    for e in range(21, 41):
+        g.apply_epochs([sealed(stores, e)])
+        assert g.names == names[e] and live_names(g) == window_of(e)
+    assert len(names[40]) < 40 * 2 * PER_EPOCH / 2
+
+
+def test_a_reused_id_carries_nothing_of_its_vertex_before():
+    """The vertex that held an id had no edge and no attributes for the whole delay; the new one starts
+    with its own degrees and presence, and the old name no longer resolves."""
+    stores = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    g = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    first: dict[str, int] = {}
+    for e in range(1, 16):
+        g.apply_epochs([sealed(stores, e)])
+        if e == 1:
+            first = {name: i for i, name in enumerate(g.names)}
+    out, inn = g.degrees()
+    present = g.present()
+    assert present is not None
+    reused = [(old, i) for old, i in first.items() if old != "hub" and g.names[i] and g.names[i] != old]
+    assert reused
+    for old, i in reused:
+        assert old not in g.index and g.index[g.names[i]] == i
+        assert bool(present[i]) == (out[i] + inn[i] > 0)
+    assert g.snapshot()["edges"].keys() >= window_of(15)
+    assert np.all((out > 0) | (inn > 0) | ~present)
