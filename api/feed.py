@@ -78,7 +78,7 @@ class ResultFeed:
             earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
             # Epochs from before the restart are history, not news: no listener hears of them.
             self._store.add(earlier, names, notify=False, ranks_of=self._archive.loaded_ranks)
-            names = []
+            names = None  # applied with the archived epochs already
         views = self._store.add(results, names)
         if self._on_epoch:
             for v in views:

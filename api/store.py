@@ -6,7 +6,9 @@ score arrays and, computed once when the epoch arrives, every vertex's rank per
 algorithm (ties broken by vertex id), so history and movers are lookups. Hot
 answers (the epoch object, the top of a ranking) are encoded to JSON once per
 epoch. The graph itself, for neighbors as of any retained epoch, is kept from
-the epochs' edge changes in :class:`~api.graph.GraphHistory`.
+the epochs' edge changes in :class:`~api.graph.GraphHistory`. Where a window
+reuses vertex ids, the names follow the compute stage's renames and no epoch
+older than its ``reuse_after`` is kept.
 
 With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
 and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
@@ -36,6 +38,7 @@ from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory
 from compute.apps.base import AppResult
+from compute.ids import NameChanges
 from compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -170,6 +173,68 @@ def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray
     return items(rising), items(falling)
 
 
+@dataclass
+class NamesUpdate:
+    """A :class:`~compute.graph.NameChanges` worked out against the store's names (outside its lock):
+    what to swap in under it. ``names``/``full_index`` replace the list and the index whole (the change
+    started at id 0); else ``writes`` (id -> name) patch ids the list has, ``tail`` extends it, and
+    ``index`` says each touched name's id now (None: not indexed any more). ``sorted_names`` is the
+    sorted list of the indexed names either way."""
+
+    sorted_names: list[str]
+    names: list[str] | None = None
+    full_index: dict[str, int] | None = None
+    writes: dict[int, str] = field(default_factory=dict)
+    tail: list[str] = field(default_factory=list)
+    index: dict[str, int | None] = field(default_factory=dict)
+
+
+def names_update(names: list[str], index: dict[str, int], sorted_names: list[str], changes: NameChanges) -> NamesUpdate:
+    """What ``changes`` makes of ``names`` (id -> name), ``index`` (name -> id) and ``sorted_names``, in time
+    linear in the names plus the changes. An empty name names no vertex: it is never indexed. A name
+    replaced on its id leaves the index only if the index still maps it to that id (it may have moved
+    to another id first)."""
+    start = changes.start
+    if start == 0:  # the whole list (renames before it are in it)
+        whole = list(changes.names)
+        full = {n: i for i, n in enumerate(whole) if n}
+        return NamesUpdate(sorted(full), names=whole, full_index=full)
+    end = max(len(names), start + len(changes.names))
+    if start > len(names):
+        raise ValueError(f"names from id {start} on, but only {len(names)} are known: ids would be skipped")
+    final: dict[int, str] = {}
+    moved: dict[str, int | None] = {}
+
+    def id_of(n: str) -> int | None:
+        return moved[n] if n in moved else index.get(n)
+
+    def write(i: int, n: str) -> None:
+        old = final[i] if i in final else (names[i] if i < len(names) else "")
+        if old != n:
+            if old and id_of(old) == i:
+                moved[old] = None
+            final[i] = n
+        if n and id_of(n) != i:
+            moved[n] = i
+
+    ids = np.asarray(changes.ids).tolist()
+    if any(not 0 <= i < end for i in ids):
+        raise ValueError(f"a renamed id is outside the {end} ids known")
+    for i, n in zip(ids, changes.renamed):
+        write(i, n)
+    for j, n in enumerate(changes.names):
+        write(start + j, n)
+    if moved:
+        # Two sorted runs (the untouched names, the touched ones still indexed): timsort merges them in
+        # linear time, and a name that moved between ids is in the second run only, once.
+        back = sorted(n for n, i in moved.items() if i is not None)
+        sorted_names = sorted([n for n in sorted_names if n not in moved] + back)
+    return NamesUpdate(
+        sorted_names, writes={i: n for i, n in final.items() if i < len(names)},
+        tail=[final.get(i, "") for i in range(len(names), end)], index=moved,
+    )
+
+
 class ResultStore:
     def __init__(self, retain: int = 120, archive: ResultArchive | None = None) -> None:
         self.retain = retain
@@ -200,12 +265,12 @@ class ResultStore:
                 self._listeners.remove(listener)
 
     def add(
-        self, results: list[EpochResult], new_names: list[str], notify: bool = True,
+        self, results: list[EpochResult], names: NameChanges | None, notify: bool = True,
         ranks_of: dict[int, dict[str, np.ndarray]] | None = None,
     ) -> list[EpochView]:
-        """Keep new epochs (ignoring ones already kept) and the names added since; listeners hear of
-        each new epoch unless ``notify`` is false. ``ranks_of``: ranks already known, by epoch (an
-        archived epoch's); the others are computed."""
+        """Keep new epochs (ignoring ones already kept) and what the vertex names did since (None:
+        nothing); listeners hear of each new epoch unless ``notify`` is false. ``ranks_of``: ranks
+        already known, by epoch (an archived epoch's); the others are computed."""
         views = []
         for r in sorted(results, key=lambda r: r.epoch):
             top: dict[str, np.ndarray] = {}
@@ -224,8 +289,10 @@ class ResultStore:
             info = r.info()
             # An archived epoch given with its ranks is read from its file already.
             views.append(EpochView(r, info, top, ranks, kept_json(info), cold=r.epoch in (ranks_of or {})))
-        # Merged outside the lock: two sorted runs, which timsort merges in linear time.
-        sorted_names = sorted(self._sorted_names + new_names) if new_names else self._sorted_names
+        # Worked out outside the lock (the feed thread is the only writer); swapped in under it.
+        update = None
+        if names is not None and (names.start == 0 or names.names or len(names.ids)):
+            update = names_update(self.names, self.index, self._sorted_names, names)
         undo: dict[int, dict[str, np.ndarray]] = {}
         for v in views:
             full = bool(getattr(v.result, "full_changes", False))
@@ -244,10 +311,8 @@ class ResultStore:
         if self.archive is not None and notify:
             self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo)
         with self._lock:
-            for name in new_names:
-                self.index[name] = len(self.names)
-                self.names.append(name)
-            self._sorted_names = sorted_names
+            if update is not None:
+                self._apply_names(update)
             for v in views:
                 if v.result.epoch in self._epochs:
                     continue
@@ -260,7 +325,14 @@ class ResultStore:
                 self._epochs[v.result.epoch] = v
                 if len(v.result.types) >= len(self.types):
                     self.types = list(v.result.types)
-            while len(self._epochs) > self.retain:
+            newest = next(reversed(self._epochs), None)
+            reuse = getattr(self._epochs[newest].result, "reuse_after", None) if newest is not None else None
+            # A window gives ids back: an epoch at or below newest - reuse_after may hold an id that names
+            # another vertex now, and would answer with the wrong names. The newest one always stays.
+            stale = newest - reuse if newest is not None and reuse is not None else None
+            while len(self._epochs) > self.retain or (
+                stale is not None and len(self._epochs) > 1 and next(iter(self._epochs)) <= stale
+            ):
                 _, dropped = self._epochs.popitem(last=False)
                 for e in dropped.result.skipped:
                     self._merged_into.pop(e, None)
@@ -281,6 +353,21 @@ class ResultStore:
                 except Exception:  # noqa: BLE001 - a consumer's fault must not stop the feed
                     log.exception("epoch listener failed")
         return views
+
+    def _apply_names(self, u: NamesUpdate) -> None:
+        """Swap in a :func:`names_update` (under the lock)."""
+        if u.names is not None and u.full_index is not None:
+            self.names, self.index = u.names, u.full_index
+        else:
+            for i, n in u.writes.items():
+                self.names[i] = n
+            self.names.extend(u.tail)
+            for n, at in u.index.items():
+                if at is None:
+                    self.index.pop(n, None)
+                else:
+                    self.index[n] = at
+        self._sorted_names = u.sorted_names
 
     def _cool(self, views: list[EpochView]) -> None:
         """Serve ``views`` from their archive files from now on (those still in memory, and archived)."""
@@ -385,6 +472,9 @@ class ResultStore:
 
         Looks at no more than ``scan`` candidates, so a prefix shared by most
         vertices of a later epoch cannot make one request walk the whole index.
+        The sorted names are the indexed ones, each once (never an empty name),
+        and each is checked on the id the index maps it to now: with reused ids
+        a name that moved is listed for its new id only.
         """
         names = self._sorted_names
         out: list[str] = []

@@ -20,6 +20,7 @@ import ray
 
 from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
+from compute.ids import NameChanges
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
 from ingest.runtime import HeapTrimmer
@@ -44,11 +45,12 @@ class ComputeActor:
         logging.basicConfig(level=log_level)
         rank = RankConfig.from_settings(settings or {})
         apps = AppConfig.from_settings(settings or {})
+        reuse_after = (settings or {}).get("id_reuse_after")
         if restore is None:
-            self._stage = ComputeStage(rank_types, rank, apps)
+            self._stage = ComputeStage(rank_types, rank, apps, reuse_after=reuse_after)
         else:
             saved = pickle.loads(read_verified(Path(restore[0]), restore[1]))
-            self._stage = ComputeStage.restored(saved, rank_types, rank, apps)
+            self._stage = ComputeStage.restored(saved, rank_types, rank, apps, reuse_after)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
         self._trimmer = HeapTrimmer()
 
@@ -74,12 +76,16 @@ class ComputeActor:
         payload = pickle.dumps(self._stage.checkpoint_state(), protocol=5)
         return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", payload), time.perf_counter() - t0
 
-    def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], list[str]]:
+    def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], NameChanges]:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and
-        the vertex names from id ``known_names`` on."""
+        what the vertex names did for a caller that knows the names of ids below ``known_names`` as
+        of ``epoch`` (the changes before it are let go too)."""
         while self._results and self._results[0].epoch <= epoch:
             self._results.popleft()
-        return list(self._results), self._stage.graph.names[known_names:]
+        graph = self._stage.graph
+        changes = graph.name_changes(epoch, known_names)
+        graph.forget_renames(epoch)
+        return list(self._results), changes
 
     def snapshot(self) -> dict:
         return self._stage.graph.snapshot()

@@ -1,8 +1,8 @@
 """The compute stage's whole-graph view, merged from the shards' epoch deltas.
 
-Owns the global vertex ids (dense, append-only; epoch by epoch, the vertices an
-epoch adds in name order, so independent of the shard count and the batching)
-and one column set per shard indexed by the shard's edge slot, so a delta is
+Owns the global vertex ids (:class:`compute.ids.VertexIds`: epoch by epoch, the
+vertices an epoch adds in name order, so independent of the shard count and the
+batching) and one column set per shard indexed by the shard's edge slot, so a delta is
 applied with a few scatter writes and no search. It builds the CSR matrices the
 algorithms run on. It must not reach back into shards: deltas are all it sees.
 
@@ -16,29 +16,18 @@ applications, the API's graph view) may then assume that a row's before and
 after name the same edge. In window mode the graph also keeps which vertices
 are in the snapshot (a live edge, or attributes written inside the window),
 from the vertices each merge touched, never from a scan.
-
-Reused ids (window mode, ``reuse_after`` H): the graph counts, per global id,
-the shards whose local ids map to it (a shard ends a mapping with its delta's
-``released``). An id that no shard has held for H sealed epochs (so it has had
-no edge and no attributes all that time) is given back, and the next epoch's new
-names take the given-back ids lowest first, still in name order: ids stay a
-pure function of the epoch vectors, and the id space follows the window
-instead of every vertex ever seen. To every algorithm a reused id is a vertex
-that was absent and came back. :meth:`GlobalGraph.name_changes` tells a
-consumer what the names did; it must keep no epoch H or more epochs older than
-the newest (:attr:`compute.results.EpochResult.reuse_after`).
+With a window, an id that no shard has held for ``reuse_after`` epochs is given
+back and reused (see :mod:`compute.ids`); the merge keeps which shards hold each.
 """
 
 from __future__ import annotations
 
-import collections
-import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import msgspec
 import numpy as np
 import scipy.sparse as sp
 
+from compute.ids import NameChanges, VertexIds
 from snapshots.attrs import AttrTable, encode
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
@@ -79,21 +68,6 @@ class EdgeChanges:
         return len(self.src)
 
 
-@dataclass
-class NameChanges:
-    """What the vertex names did since a consumer last looked (see :meth:`GlobalGraph.name_changes`).
-
-    Apply ``ids``/``renamed`` in order (an id may appear more than once: the last one holds), then
-    ``names`` as the names of ids ``start``, ``start + 1``, ... (the ids added since, or with
-    ``start == 0`` every id: the consumer's copy was too old to patch). An empty name means the id
-    names no vertex now (given back, not reused yet)."""
-
-    start: int
-    names: list[str]
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    renamed: list[str] = field(default_factory=list)
-
-
 class _ShardEdges:
     def __init__(self) -> None:
         self.local_to_global = Column(np.int64)
@@ -126,8 +100,7 @@ def _no_attrs(raw: bytes | None) -> bool:
 
 class GlobalGraph:
     def __init__(self, windowed: bool = False, reuse_after: int | None = None) -> None:
-        self.names: list[str] = []  # by global id; "" for an id given back and not reused yet
-        self.index: dict[str, int] = {}
+        self.ids = VertexIds(reuse_after)
         self.attrs = AttrTable()  # encoded, as the shards send them
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
@@ -146,21 +119,24 @@ class GlobalGraph:
         # (the rankings shift their right-hand side there; newer vertices they take from the mask).
         self.flips = np.zeros(0, dtype=np.int64)
         self._switched = self.flips  # flips of a switch to window mode, not yet reported by a merge
-        # Reused ids (see the module docstring): per id, the shards mapping a local id to it, and the
-        # epoch that count fell to 0 (-1: held); the ids at 0 in that order, and the given-back ones.
-        self.reuse_after = reuse_after or None
-        self._holders = Column(np.int32)
-        self._gone_since = Column(np.int64)
-        self._waiting: collections.deque[tuple[int, int]] = collections.deque()
-        self._free: list[int] = []  # a heap: reused lowest first
-        # Names of existing ids that changed, by epoch (given back: "", reused: the new name), for
-        # consumers' copies (name_changes); changes at or below _renames_floor are no longer kept.
-        self._renames: collections.deque[tuple[int, np.ndarray, list[str]]] = collections.deque()
-        self._renames_floor = 0
+
+    @property
+    def names(self) -> list[str]:
+        """Vertex names by global id ("" for an id given back and not reused yet)."""
+        return self.ids.names
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Global id by vertex name."""
+        return self.ids.index
+
+    @property
+    def reuse_after(self) -> int | None:
+        return self.ids.reuse_after
 
     @property
     def n(self) -> int:
-        return len(self.names)
+        return len(self.ids.names)
 
     def set_windowed(self, windowed: bool) -> None:
         """Switch presence on or off; switching on recomputes the mask once from the degrees and
@@ -199,53 +175,25 @@ class GlobalGraph:
         return v
 
     def ids_state(self) -> dict:
-        """What fixes the global ids: vertex names and edge types in id order, the given-back ids and
-        those waiting to be (see :meth:`restore_ids`; how many shards hold each id comes back with the
-        shards' first deltas). The names go as one MessagePack array: a pickled list memoizes every
-        string (ten times slower)."""
-        waiting = np.array(self._waiting, dtype=np.int64).reshape(-1, 2)
-        gone = self._gone_since.view[waiting[:, 1]] == waiting[:, 0] if len(waiting) else np.zeros(0, bool)
-        return {
-            "names": msgspec.msgpack.encode(self.names), "types": list(self.types),
-            "free": np.array(sorted(self._free), dtype=np.int64), "waiting": waiting[gone],
-        }
+        """What fixes the global ids (see :meth:`VertexIds.state`) and the edge types in id order."""
+        return {**self.ids.state(), "types": list(self.types)}
 
     @classmethod
     def restore_ids(cls, state: dict, reuse_after: int | None = None) -> "GlobalGraph":
         """An empty graph that gives the checkpointed names and types their old ids again; the shards'
         first deltas after a restore then fill it. Ids that consumers (the API) already hold stay valid."""
-        g = cls(reuse_after=reuse_after)
-        names = state["names"]
-        g.names = msgspec.msgpack.decode(names) if isinstance(names, bytes) else list(names)
-        g.index = {name: i for i, name in enumerate(g.names) if name}
+        g = cls()
+        g.ids = VertexIds.restore(state, reuse_after)
         g.types = list(state["types"])
         g._type_index = {t: i for i, t in enumerate(g.types)}
-        g._sync_columns()
-        g._free = [int(i) for i in state.get("free", ())]
-        heapq.heapify(g._free)
-        for since, i in np.asarray(state.get("waiting", np.zeros((0, 2), np.int64))).tolist():
-            g._waiting.append((since, i))
-            g._gone_since.view[i] = since
-        g._renames_floor = int(state.get("epoch", 0))  # renames before it are not logged any more
         return g
 
     def name_changes(self, after: int, known: int) -> NameChanges:
-        """For a consumer that has the names of ids below ``known`` as of epoch ``after``: what makes its
-        copy equal to :attr:`names` now."""
-        if after < self._renames_floor:
-            return NameChanges(0, list(self.names))
-        newer = [(e_ids, e_names) for epoch, e_ids, e_names in self._renames if epoch > after]
-        if not newer:
-            return NameChanges(known, self.names[known:])
-        ids = np.concatenate([e_ids for e_ids, _ in newer])
-        renamed = [name for _, e_names in newer for name in e_names]
-        below = np.flatnonzero(ids < known)
-        return NameChanges(known, self.names[known:], ids[below], [renamed[k] for k in below.tolist()])
+        """See :meth:`VertexIds.name_changes`."""
+        return self.ids.name_changes(after, known)
 
     def forget_renames(self, upto: int) -> None:
-        """The consumer has the names as of epoch ``upto``: the changes up to it need not be kept."""
-        while self._renames and self._renames[0][0] <= upto:
-            self._renames_floor = self._renames.popleft()[0]
+        self.ids.forget_renames(upto)
 
     def apply(self, delta: EpochDelta) -> EdgeChanges:
         """Merge one shard's delta; returns its edge changes in global ids."""
@@ -280,11 +228,11 @@ class GlobalGraph:
             if self.reusing:
                 self._give_back(epoch)
             index = self.index
-            self._name(sorted({n for d in deltas for n in d.new_names if n not in index}), epoch)
+            self.ids.name(sorted({n for d in deltas for n in d.new_names if n not in index}), epoch)
             for d in sorted(deltas, key=lambda d: d.shard):
                 self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d, epoch)
             if deltas and all(d.full for d in deltas):
-                self._restored_holders(epoch)
+                self.ids.restored_holders(epoch)
         order = sorted(slots)
         after = EdgeChanges.concat([self._shards[sh].state(slots[sh]) for sh in order])
         was = EdgeChanges.concat([before[sh] for sh in order])
@@ -293,76 +241,19 @@ class GlobalGraph:
         self._update_presence(touched)
         return after, was
 
-    def _name(self, names: list[str], epoch: int) -> None:
-        """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones."""
-        reused_ids: list[int] = []
-        for name in names:
-            if self._free:
-                i = heapq.heappop(self._free)
-                self.names[i] = name
-                reused_ids.append(i)
-            else:
-                i = len(self.names)
-                self.names.append(name)
-            self.index[name] = i
-        if reused_ids:
-            self._renames.append((epoch, np.array(reused_ids, dtype=np.int64), [self.names[i] for i in reused_ids]))
-
     def _give_back(self, epoch: int) -> None:
-        """Ids no shard has held since ``epoch - reuse_after`` or before: their names leave the index,
-        the ids go back for the next new names. The ones a shard holds again stay."""
-        assert self.reuse_after is not None
+        """Give back the ids whose wait is over (:meth:`VertexIds.give_back`); held by no shard means no
+        edge and no attributes, which the degrees check once more. Their attributes go with them."""
+        self._sync_columns()
         out, inn, has_attrs = self._out.view, self._in.view, self._has_attrs.view
-        given: list[int] = []
-        while self._waiting and self._waiting[0][0] <= epoch - self.reuse_after:
-            since, i = self._waiting.popleft()
-            # Held by no shard means no edge and no attributes; the degrees check it once more.
-            if self._gone_since.view[i] != since or out[i] or inn[i] or has_attrs[i]:
-                continue
-            self._gone_since.view[i] = -1
-            name = self.names[i]
-            if self.index.get(name) == i:
-                del self.index[name]
-            self.names[i] = ""
+        for i in self.ids.give_back(epoch, lambda i: bool(out[i] or inn[i] or has_attrs[i])).tolist():
             self.attrs.clear(i)
-            heapq.heappush(self._free, i)
-            given.append(i)
-        if given:
-            self._renames.append((epoch, np.array(given, dtype=np.int64), [""] * len(given)))
-        # A consumer this far behind keeps no epoch whose names these would fix (reuse_after): it is
-        # sent every name instead.
-        self.forget_renames(epoch - self.reuse_after)
-
-    def _hold(self, gids: np.ndarray, delta: int, epoch: int) -> None:
-        """``delta`` (+1/-1) more shards hold each of ``gids`` (repeats count); ids no shard holds any
-        more start waiting to be given back."""
-        if not len(gids):
-            return
-        self._sync_columns()
-        np.add.at(self._holders.view, gids, delta)
-        if delta > 0:
-            self._gone_since.view[gids] = -1
-            return
-        gone = np.unique(gids[self._holders.view[gids] == 0])
-        self._gone_since.view[gone] = epoch
-        self._waiting.extend((epoch, i) for i in gone.tolist())
-
-    def _restored_holders(self, epoch: int) -> None:
-        """After every shard sent its whole state (a restore): the named ids no shard holds and not
-        already waiting were held before the checkpointed epoch was left (else they would be waiting
-        or given back), so they wait from this epoch, as without the restart."""
-        self._sync_columns()
-        n = self.n
-        named = np.fromiter((bool(name) for name in self.names), dtype=bool, count=n)
-        gone = np.flatnonzero(named & (self._holders.view[:n] == 0) & (self._gone_since.view[:n] < 0))
-        self._gone_since.view[gone] = epoch
-        self._waiting.extend((epoch, i) for i in gone.tolist())
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int = 0) -> None:
         if delta.full:
             # The shard names its whole state anew: the mappings it had end here.
             mapped = se.local_to_global.view
-            self._hold(mapped[mapped >= 0], -1, epoch)
+            self.ids.hold(mapped[mapped >= 0], -1, epoch)
             se.local_to_global = Column(np.int64)
         if len(delta.new_ids):
             ids = se.local_to_global
@@ -371,12 +262,12 @@ class GlobalGraph:
                 ids.extend(np.full(need, -1, dtype=np.int64))
             missing = [name for name in delta.new_names if name not in self.index]
             if missing:
-                self._name(sorted(set(missing)), epoch)
+                self.ids.name(sorted(set(missing)), epoch)
             gids = np.fromiter((self.index[name] for name in delta.new_names), dtype=np.int64, count=len(delta.new_names))
             old = ids.view[delta.new_ids]
-            self._hold(old[old >= 0], -1, epoch)  # a local id introduced again (normally the same vertex)
+            self.ids.hold(old[old >= 0], -1, epoch)  # a local id introduced again (normally the same vertex)
             ids.view[delta.new_ids] = gids
-            self._hold(gids, 1, epoch)
+            self.ids.hold(gids, 1, epoch)
         if len(delta.attr_ids):
             self._sync_columns()
         for lid, attrs in zip(delta.attr_ids.tolist(), delta.attrs):
@@ -402,16 +293,14 @@ class GlobalGraph:
             # After the edges: the delta's last rows of the released ids' edges still name them.
             mapped = se.local_to_global.view[released]
             se.local_to_global.view[released] = -1
-            self._hold(mapped[mapped >= 0], -1, epoch)
+            self.ids.hold(mapped[mapped >= 0], -1, epoch)
 
     def _sync_columns(self) -> None:
         """Per-vertex columns as long as the vertex ids (new vertices: no degree, no attributes)."""
         n = self.n
-        for col in (self._out, self._in, self._has_attrs, self._holders):
+        for col in (self._out, self._in, self._has_attrs):
             if len(col) < n:
                 col.extend(np.zeros(n - len(col), dtype=col.view.dtype))
-        if len(self._gone_since) < n:
-            self._gone_since.extend(np.full(n - len(self._gone_since), -1, dtype=np.int64))
 
     def _count(self, before: EdgeChanges, after: EdgeChanges) -> np.ndarray:
         """Keep the live edge count and the degrees from what changed, not from a scan of the graph;

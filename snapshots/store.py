@@ -203,8 +203,6 @@ class ShardStore:
         used = used[np.argsort(np.array([types[t] for t in used], dtype=object), kind="stable")]
         type_map = np.zeros(len(types), dtype=np.int16)
         type_map[used] = np.arange(len(used), dtype=np.int16)
-        # Decided on the applied state at fixed epochs, so every run reaching this epoch releases the same.
-        released = self._released() if self.window and epoch % self.recycle_every == 0 else np.zeros(0, np.int32)
         delta = EpochDelta(
             shard=self.shard,
             epoch=epoch,
@@ -221,7 +219,7 @@ class ShardStore:
             e_weight=e.weight.view[touched].copy(),
             e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
-            released=released,
+            released=self._released() if self.window and epoch % self.recycle_every == 0 else np.zeros(0, np.int32),
         )
         if self.window and epoch % self.recycle_every == 0:
             self._recycle()
@@ -308,16 +306,15 @@ class ShardStore:
 
     def _released(self) -> np.ndarray:
         """End the introduction of the local ids whose vertex the window emptied: introduced (``exists``),
-        no edge slot held, no attributes. Only applied state decides (buffered transactions do not), so
-        the compute stage sees the same releases in every run; :meth:`_recycle` later reuses the ids
-        themselves, once no buffered transaction names them either."""
+        no edge slot held, no attributes. At fixed epochs and on applied state only (not the buffer), so
+        every run reaching an epoch releases the same; :meth:`_recycle` later reuses the ids themselves,
+        once no buffered transaction names them either."""
         gone = np.flatnonzero(self.exists.view & ~self._held_vertices(len(self.exists)))
         self.exists.view[gone] = False
         return gone.astype(np.int32)
 
     def _held_vertices(self, n: int) -> np.ndarray:
-        """Per local id below ``n``: is it an end of a held edge slot (live, or with a contribution still
-        inside the window), or does it have attributes."""
+        """Per local id below ``n``: is it an end of a held edge slot, or does it have attributes."""
         used = np.zeros(n, dtype=bool)
         e = self.edges
         held = e.held()

@@ -28,6 +28,7 @@ from api.exceptions import AlertRulesError
 from api.store import ResultStore
 from compute.apps.components import ComponentsResult
 from compute.apps.exposure import TopicsResult
+from compute.ids import NameChanges
 from tests.api.conftest import TOKEN, free_port
 from tests.pulsegraph.test_results_topic import result
 
@@ -62,9 +63,9 @@ def epochs() -> list:
 def filled(n: int = 3) -> ResultStore:
     store = ResultStore(retain=10)
     rs = epochs()[:n]
-    store.add(rs[:1], NAMES)
+    store.add(rs[:1], NameChanges(0, NAMES))
     for r in rs[1:]:
-        store.add([r], [])
+        store.add([r], None)
     return store
 
 
@@ -82,8 +83,8 @@ def two_epochs_and_a_top_2_rule(retain: int) -> tuple[ResultStore, AlertBook, li
     book = AlertBook(store)
     rule(book, kind="top_k", k=2)
     rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
+    store.add(rs[:1], NameChanges(0, NAMES))
+    store.add(rs[1:2], None)
     return store, book, rs
 
 
@@ -105,8 +106,8 @@ def test_each_kind_fires_on_what_changed_from_the_ranked_epoch_before():
     topic_down = rule(book, kind="topic_persistence", value=0.45, direction="down", min_users=5)
     assert {r["since_epoch"] for r in book.rules()} == {1}
     rs = epochs()
-    store.add(rs[:1], NAMES)
-    store.add(rs[1:2], [])
+    store.add(rs[:1], NameChanges(0, NAMES))
+    store.add(rs[1:2], None)
     assert seen(book, 1) == []  # nothing before it to compare with
     got = seen(book, 3)
     # 1 -> 3: v3 jumps from 4th to 1st, v1 falls out of the top 2; the components merge to 6; #a rises to 0.5, #b falls to 0.4.
@@ -124,7 +125,7 @@ def test_each_kind_fires_on_what_changed_from_the_ranked_epoch_before():
     jsonschema.Draft202012Validator(SCHEMA).validate(record)
     assert record["alerts"][0]["message"] == "v3 entered the top 2 of pagerank: rank 1 (was 4)"
     # 3 -> 5: the same components and the same curves (counted at the same epoch) raise nothing.
-    store.add(rs[2:], [])
+    store.add(rs[2:], None)
     assert seen(book, 5) == [
         (top["id"], "entered", "v1", 3, 1), (top["id"], "left", "v0", 2, 3),
         (move["id"], "rose", "v1", 3, 1), (move["id"], "rose", "#b", 6, 4),  # most places first, then by the new rank
@@ -136,8 +137,8 @@ def test_a_vertex_new_in_the_epoch_enters_with_no_old_rank_and_has_not_moved():
     book = AlertBook(store)
     top = rule(book, kind="top_k", k=1)
     move = rule(book, kind="rank_move", places=1)
-    store.add([result(1, {"pagerank": [0.6, 0.4]}, {"pagerank": 1e-9})], ["a", "b"])
-    store.add([result(2, {"pagerank": [0.3, 0.2, 0.5]}, {"pagerank": 1e-9})], ["c"])
+    store.add([result(1, {"pagerank": [0.6, 0.4]}, {"pagerank": 1e-9})], NameChanges(0, ["a", "b"]))
+    store.add([result(2, {"pagerank": [0.3, 0.2, 0.5]}, {"pagerank": 1e-9})], NameChanges(2, ["c"]))
     assert seen(book, 2) == [
         (top["id"], "entered", "c", None, 1), (top["id"], "left", "a", 1, 2),
         (move["id"], "fell", "a", 1, 2), (move["id"], "fell", "b", 2, 3),  # c was not ranked before: it has not moved
@@ -154,8 +155,8 @@ def test_with_a_window_a_vertex_that_left_it_leaves_the_top_and_has_not_moved():
     a.present = np.array([True, True, True])
     b = result(2, {"pagerank": [0.0, 0.3, 0.2]}, {"pagerank": 1e-9})
     b.present, b.vertices = np.array([False, True, True]), 2  # a's edges all left the window
-    store.add([a], ["a", "b", "c"])
-    store.add([b], [])
+    store.add([a], NameChanges(0, ["a", "b", "c"]))
+    store.add([b], None)
     got = seen(book, 2)
     # b and c rose a place as a left; a itself did not move (it has no rank in the window now).
     assert got == [
@@ -179,7 +180,7 @@ def test_a_rule_made_later_applies_from_the_epoch_after_the_newest_and_after_the
 def test_the_oldest_retained_epoch_has_no_alerts_as_after_a_restart():
     store, book, rs = two_epochs_and_a_top_2_rule(retain=2)
     assert len(seen(book, 3)) == 2
-    store.add(rs[2:], [])  # 1 leaves the retention: 3 is now the oldest, with nothing before it
+    store.add(rs[2:], None)  # 1 leaves the retention: 3 is now the oldest, with nothing before it
     assert seen(book, 3) == []
     page = book.page(None, 100)
     assert {a["epoch"] for a in page["items"]} == {5}
@@ -200,9 +201,9 @@ def test_the_same_epochs_and_rules_give_the_same_alerts_after_a_restart(tmp_path
                  {"kind": "topic_persistence", "value": 0.45, "direction": "both"}):
         rule(book, **spec)
     rs = epochs()
-    store.add(rs[:1], NAMES)
+    store.add(rs[:1], NameChanges(0, NAMES))
     for r in rs[1:]:
-        store.add([r], [])
+        store.add([r], None)
     before = book.page(0, 1000)
     again = AlertBook(filled(3), path)  # a new process: rules from the file, epochs from the archive
     assert again.rules() == book.rules()
@@ -320,9 +321,9 @@ def test_pages_hold_whole_epochs_oldest_first():
     top = rule(book, kind="top_k", k=2)
     rule(book, kind="component_size", size=5)
     rs = epochs()
-    store.add(rs[:1], NAMES)
+    store.add(rs[:1], NameChanges(0, NAMES))
     for r in rs[1:]:
-        store.add([r], [])
+        store.add([r], None)
     client = TestClient(create_app(store, alerts=book))
     everything = client.get("/v1/alerts", params={"since": 0}).json()
     assert [a["epoch"] for a in everything["items"]] == [3, 3, 3, 5, 5]
@@ -376,7 +377,7 @@ def test_the_alert_stream_replays_after_since_and_sends_each_new_epoch_with_aler
                 if line.startswith("data: "):
                     frames.append(json.loads(line[6:]))
                     if len(frames) == 1:
-                        store.add(rs[2:], [])  # the feed adds epoch 5: its alerts follow
+                        store.add(rs[2:], None)  # the feed adds epoch 5: its alerts follow
                     else:
                         break
         assert ids == [3, 5] and [f["epoch"] for f in frames] == [3, 5]

@@ -19,6 +19,7 @@ from compute.apps.components import ComponentsResult
 from compute.apps.exposure import TopicsResult
 from compute.apps.landmarks import LandmarksResult
 from compute.graph import EdgeChanges
+from compute.ids import NameChanges
 from compute.results import EpochResult
 
 NAMES = [f"v{i}" for i in range(6)]
@@ -104,8 +105,8 @@ def test_the_store_serves_archived_scores_but_never_an_archived_graph(tmp_path):
     store = ResultStore(retain=100)
     heard = []
     store.subscribe(heard.append)
-    store.add(older, NAMES, notify=False)
-    store.add([result(4, full=True), result(5)], [])
+    store.add(older, NameChanges(0, NAMES), notify=False)
+    store.add([result(4, full=True), result(5)], None)
     assert [v.result.epoch for v in heard] == [4, 5], "listeners hear of live epochs only"
     assert [v.result.epoch for v in store.recent(10)] == [5, 4, 3, 2, 1]
     assert store.get(2).top["pagerank"][0] == 2 and store.get(3).previous is store.get(2)

@@ -22,6 +22,7 @@ from compute.apps.exposure import TopicsResult
 from compute.apps.landmarks import LandmarksResult
 from compute.apps.trends import TrendsResult
 from compute.graph import EdgeChanges
+from compute.ids import NameChanges
 from compute.results import EpochResult
 
 N = 300
@@ -83,8 +84,8 @@ def test_cold_epochs_answer_the_same_bytes_as_in_memory(tmp_path):
             # The same epoch again, fresh arrays: the cold store must not share the warm one's objects
             # (copied first: adding an epoch hands its edge changes to the graph view).
             again = _copy(r)
-            warm.add([r], NAMES if i == 0 else [])
-            cold.add([again], NAMES if i == 0 else [])
+            warm.add([r], NameChanges(0, NAMES) if i == 0 else None)
+            cold.add([again], NameChanges(0, NAMES) if i == 0 else None)
             for path in reads(r.epoch):
                 hot_answers[path + f"@{r.epoch}"] = b.get(path).content
                 assert hot_answers[path + f"@{r.epoch}"] == a.get(path).content, path
@@ -134,14 +135,14 @@ def test_a_restart_serves_archived_epochs_memory_mapped_with_their_ranks(tmp_pat
     epochs = [result(e, rng, per_vertex_apps=False) for e in range(1, 6)]
     first = ResultStore(retain=100, archive=ResultArchive(tmp_path / "results", 100))
     for i, r in enumerate(epochs):
-        first.add([_copy(r)], NAMES if i == 0 else [])
+        first.add([_copy(r)], NameChanges(0, NAMES) if i == 0 else None)
     with TestClient(create_app(first)) as a:
         before = {p: a.get(p).content for e in range(1, 4) for p in reads(e)[:6]}
     archive = ResultArchive(tmp_path / "results", 100)
     older = archive.history_before(_copy(epochs[3]))
     assert [r.epoch for r in older] == [1, 2, 3] and set(archive.loaded_ranks) == {1, 2, 3}
     again = ResultStore(retain=100, archive=archive)
-    again.add(older, NAMES, notify=False, ranks_of=archive.loaded_ranks)
+    again.add(older, NameChanges(0, NAMES), notify=False, ranks_of=archive.loaded_ranks)
     assert isinstance(again.get(2).ranks["pagerank"], np.memmap)
     with TestClient(create_app(again)) as b:
         for path, body in before.items():
@@ -163,7 +164,7 @@ def test_a_retained_epoch_keeps_its_top_not_its_whole_order(tmp_path):
             out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
             present=np.ones(n, bool) if e % 2 else None,
         )
-        store.add([r], names if e == 1 else [])
+        store.add([r], NameChanges(0, names) if e == 1 else None)
     for v in store.recent(10):
         top = v.top["pagerank"]
         held = top.base.nbytes if isinstance(top.base, np.ndarray) else top.nbytes

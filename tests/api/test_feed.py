@@ -11,6 +11,7 @@ from api.feed import ResultFeed
 from api.store import ResultStore
 from compute.apps.components import ComponentsResult
 from compute.graph import EdgeChanges
+from compute.ids import NameChanges
 from compute.results import EpochResult
 
 N = 200_000  # arrays well above Ray's inline limit (100 KB), so they travel through the object store
@@ -32,7 +33,7 @@ class _Compute:
                                          np.zeros(n, np.int16), ones, ones),
                 apps={"components": ComponentsResult(np.arange(n, dtype=np.int64), n, np.arange(0), np.arange(0))}, types=["mentions"],
             ))
-        return out, [f"v{i}" for i in range(known, n)]
+        return out, NameChanges(known, [f"v{i}" for i in range(known, n)])
 
 
 def _own_memory(a: np.ndarray) -> bool:

@@ -23,6 +23,7 @@ from api.app import create_app
 from api.edge import server_config
 from api.models import ALGORITHMS
 from api.store import ResultStore
+from compute.ids import NameChanges
 from ingest.transforms import get_transform
 from tests.api.conftest import TOKEN, free_port
 
@@ -50,7 +51,7 @@ schema = schemathesis.openapi.from_dict(APP.openapi(), config=CONFIG).exclude(pa
 @pytest.fixture(scope="module")
 def live(pipeline):
     views = pipeline.store.recent(10**6)[::-1]
-    STORE.add([v.result for v in views], list(pipeline.store.names))
+    STORE.add([v.result for v in views], NameChanges(0, list(pipeline.store.names)))
     assert STORE.latest_epoch >= 3
     port = free_port()
     srv = uvicorn.Server(server_config(APP, "127.0.0.1", port, log_level="warning", timeout_graceful_shutdown=1))

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.archive import ResultArchive
 from api.store import ResultStore
+from compute.ids import NameChanges
 from compute.stage import ComputeStage
 from pulsegraph.results_topic import epoch_record
 from tests.compute.test_window import RANKED, WINDOW, window_epochs
@@ -34,7 +35,7 @@ def windowed_store(seed: int = 1, epochs: int = 16, archive: ResultArchive | Non
     for model, sealed in window_epochs(seed, epochs=epochs):
         r = stage.apply([sealed])
         new = stage.graph.names[len(store.names):]
-        store.add([r], list(new))
+        store.add([r], NameChanges(len(store.names), list(new)))
         present_at[r.epoch] = model.present()
     return store, present_at
 

@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from api.store import ResultStore, certified_ranks
+from compute.ids import NameChanges
 from compute.results import EpochResult
 from pulsegraph.produce import produce
 from pulsegraph.results_topic import compare_recut, encode, epoch_record, read_last_committed, score_decimals
@@ -85,8 +86,8 @@ def test_a_record_is_the_epoch_its_top_bounds_and_movers_and_valid_by_the_schema
     names = [f"v{i}" for i in range(6)]
     a = result(1, {"pagerank": [0.3, 0.2, 0.2, 0.1, 0.1, 0.1], "tunkrank": [5, 4, 3, 2, 1, 0]}, {"pagerank": 1e-7, "tunkrank": 1.5e-6})
     b = result(3, {"pagerank": [0.1, 0.2, 0.3, 0.1, 0.2, 0.1], "tunkrank": [0, 1, 2, 3, 4, 5]}, {"pagerank": 1e-7, "tunkrank": 1.5e-6}, [2])
-    store.add([a], names)
-    store.add([b], [])
+    store.add([a], NameChanges(0, names))
+    store.add([b], None)
     view = store.get(3)
     rec = epoch_record(view, store.names, k=4)
     validate(rec)
@@ -104,11 +105,11 @@ def test_a_record_is_the_epoch_its_top_bounds_and_movers_and_valid_by_the_schema
 def test_scores_are_written_to_the_digits_the_bound_leaves_and_a_recut_compares_within_it():
     assert score_decimals(1e-7) == 8 and score_decimals(5e-4) == 5 and score_decimals(None) is None
     store = ResultStore()
-    store.add([result(1, {"pagerank": [0.123456789123, 0.876543210877]}, {"pagerank": 1e-7})], ["a", "b"])
+    store.add([result(1, {"pagerank": [0.123456789123, 0.876543210877]}, {"pagerank": 1e-7})], NameChanges(0, ["a", "b"]))
     rec = epoch_record(store.get(1), store.names, 2)
     assert [i["score"] for i in rec["top"]["pagerank"]] == [0.87654321, 0.12345679]
     again = ResultStore()
-    again.add([result(1, {"pagerank": [0.12345674, 0.87654326]}, {"pagerank": 1e-7})], ["a", "b"])
+    again.add([result(1, {"pagerank": [0.12345674, 0.87654326]}, {"pagerank": 1e-7})], NameChanges(0, ["a", "b"]))
     got = compare_recut(encode(rec), encode(epoch_record(again.get(1), again.names, 2)))
     assert got == {"epoch": 1, "bytes_identical": False, "facts_identical": True, "scores_within_bound": True}
 
@@ -257,7 +258,7 @@ def test_a_second_service_with_the_same_transactional_id_fences_the_first_and_ea
 
     def store_with(epochs) -> ResultStore:
         store = ResultStore()
-        store.add([result(e, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7}) for e in epochs], names)
+        store.add([result(e, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7}) for e in epochs], NameChanges(0, names))
         return store
 
     def until(predicate, what: str, timeout: float = 60) -> None:
@@ -273,7 +274,7 @@ def test_a_second_service_with_the_same_transactional_id_fences_the_first_and_ea
         until(lambda: first.last_committed == 2, f"the first publishes epochs 1-2: {first.status()}")
         second = ResultPublisher(store_with([1, 2, 3]), kafka_broker.bootstrap, out, tid, k=4).start()
         until(lambda: second.last_committed == 3, f"the second resumes after 2: {second.status()}")
-        first_store.add([result(4, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7})], [])
+        first_store.add([result(4, {"pagerank": [0.4, 0.3, 0.2, 0.1]}, {"pagerank": 1e-7})], None)
         first.notify(first_store.get(4))
         until(lambda: first.state == "fenced", f"the first is fenced: {first.status()}")
         assert "Operator action" in (first.error or "")
@@ -291,7 +292,7 @@ def test_the_top_answer_and_the_epoch_object_carry_the_bound_and_whether_it_cert
     from api.app import create_app
 
     store = ResultStore()
-    store.add([result(1, {"pagerank": [0.4, 0.3, 0.2999999, 0.0000001]}, {"pagerank": 1e-7})], ["a", "b", "c", "d"])
+    store.add([result(1, {"pagerank": [0.4, 0.3, 0.2999999, 0.0000001]}, {"pagerank": 1e-7})], NameChanges(0, ["a", "b", "c", "d"]))
     client = TestClient(create_app(store))
     two = client.get("/v1/rank/top", params={"k": 2}).json()
     assert two["error_bound"] == 1e-7 and two["certified"] is True and two["certified_ranks"] == 2

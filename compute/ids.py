@@ -1,0 +1,181 @@
+"""The compute stage's global vertex ids: name to id and back, and, with a window, ids given back and reused.
+
+Ids are dense. Epoch by epoch, the vertices new in an epoch get theirs in name
+order, so ids are a pure function of the epoch vectors (the same whatever the
+shard count, the batching or the relaunch; the API keeps them across all three).
+
+Reused ids (window mode, ``reuse_after`` H): :class:`VertexIds` counts, per id,
+the shards whose local ids map to it (a shard ends a mapping with its delta's
+``released``, decided on its applied state only). An id that no shard has held
+for H sealed epochs (so it has had no edge and no attributes all that time) is
+given back: its name leaves the index, and the next epoch's new names take the
+given-back ids lowest first, still in name order. Ids stay a pure function of
+the epoch vectors, and the id space follows the window instead of every vertex
+ever seen. To every algorithm a reused id is a vertex that was absent and came
+back. :meth:`VertexIds.name_changes` tells a consumer what the names did; it must
+keep no epoch H or more epochs older than the newest
+(:attr:`compute.results.EpochResult.reuse_after`).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable
+
+import msgspec
+import numpy as np
+
+from snapshots.growable import Column
+
+
+@dataclass
+class NameChanges:
+    """What the vertex names did since a consumer last looked (see :meth:`VertexIds.name_changes`).
+
+    Apply ``ids``/``renamed`` in order (an id may appear more than once: the last one holds), then
+    ``names`` as the names of ids ``start``, ``start + 1``, ... (the ids added since, or with
+    ``start == 0`` every id: the consumer's copy was too old to patch). An empty name means the id
+    names no vertex now (given back, not reused yet)."""
+
+    start: int
+    names: list[str]
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    renamed: list[str] = field(default_factory=list)
+
+
+class VertexIds:
+    def __init__(self, reuse_after: int | None = None) -> None:
+        self.names: list[str] = []  # by id; "" for an id given back and not reused yet
+        self.index: dict[str, int] = {}
+        self.reuse_after = reuse_after or None
+        # Per id, the shards mapping a local id to it, and the epoch that count fell to 0 (-1: held);
+        # the ids at 0 in that order (stale entries are skipped), and the given-back ones.
+        self._holders = Column(np.int32)
+        self._gone_since = Column(np.int64)
+        self._waiting: collections.deque[tuple[int, int]] = collections.deque()
+        self._free: list[int] = []  # a heap: reused lowest first
+        # Names of existing ids that changed, by epoch (given back: "", reused: the new name), for
+        # consumers' copies; changes at or below _renames_floor are no longer kept.
+        self._renames: collections.deque[tuple[int, np.ndarray, list[str]]] = collections.deque()
+        self._renames_floor = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def name(self, names: list[str], epoch: int) -> None:
+        """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones."""
+        reused: list[int] = []
+        for name in names:
+            if self._free:
+                i = heapq.heappop(self._free)
+                self.names[i] = name
+                reused.append(i)
+            else:
+                i = len(self.names)
+                self.names.append(name)
+            self.index[name] = i
+        if reused:
+            self._renames.append((epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused]))
+
+    def hold(self, ids: np.ndarray, delta: int, epoch: int) -> None:
+        """``delta`` (+1/-1) more shards hold each of ``ids`` (repeats count); ids no shard holds any
+        more start waiting to be given back."""
+        if not len(ids):
+            return
+        self._sync()
+        np.add.at(self._holders.view, ids, delta)
+        if delta > 0:
+            self._gone_since.view[ids] = -1
+            return
+        gone = np.unique(ids[self._holders.view[ids] == 0])
+        self._gone_since.view[gone] = epoch
+        self._waiting.extend((epoch, i) for i in gone.tolist())
+
+    def give_back(self, epoch: int, busy: Callable[[int], bool]) -> np.ndarray:
+        """The ids no shard has held since ``epoch - reuse_after`` or before, given back: their names
+        leave the index, the ids go to the next new names. Ones a shard holds again, or that ``busy``
+        says still have an edge or attributes, stay."""
+        if self.reuse_after is None:
+            return np.zeros(0, np.int64)
+        given: list[int] = []
+        while self._waiting and self._waiting[0][0] <= epoch - self.reuse_after:
+            since, i = self._waiting.popleft()
+            if self._gone_since.view[i] != since or busy(i):
+                continue
+            self._gone_since.view[i] = -1
+            name = self.names[i]
+            if self.index.get(name) == i:
+                del self.index[name]
+            self.names[i] = ""
+            heapq.heappush(self._free, i)
+            given.append(i)
+        out = np.array(given, dtype=np.int64)
+        if given:
+            self._renames.append((epoch, out, [""] * len(given)))
+        # A consumer this far behind keeps no epoch whose names these would fix (reuse_after): it is
+        # sent every name instead.
+        self.forget_renames(epoch - self.reuse_after)
+        return out
+
+    def restored_holders(self, epoch: int) -> None:
+        """After every shard sent its whole state (a restore): the named ids no shard holds and not
+        already waiting were held when the checkpoint was written (else they would be waiting or given
+        back), so they wait from this epoch, as they would have without the restart."""
+        self._sync()
+        n = len(self.names)
+        named = np.fromiter((bool(name) for name in self.names), dtype=bool, count=n)
+        gone = np.flatnonzero(named & (self._holders.view[:n] == 0) & (self._gone_since.view[:n] < 0))
+        self._gone_since.view[gone] = epoch
+        self._waiting.extend((epoch, i) for i in gone.tolist())
+
+    def name_changes(self, after: int, known: int) -> NameChanges:
+        """For a consumer that has the names of ids below ``known`` as of epoch ``after``: what makes its
+        copy equal to :attr:`names` now."""
+        if after < self._renames_floor:
+            return NameChanges(0, list(self.names))
+        newer = [(e_ids, e_names) for epoch, e_ids, e_names in self._renames if epoch > after]
+        if not newer:
+            return NameChanges(known, self.names[known:])
+        ids = np.concatenate([e_ids for e_ids, _ in newer])
+        renamed = [name for _, e_names in newer for name in e_names]
+        below = np.flatnonzero(ids < known)
+        return NameChanges(known, self.names[known:], ids[below], [renamed[k] for k in below.tolist()])
+
+    def forget_renames(self, upto: int) -> None:
+        """The consumer has the names as of epoch ``upto``: the changes up to it need not be kept."""
+        while self._renames and self._renames[0][0] <= upto:
+            self._renames_floor = self._renames.popleft()[0]
+
+    def state(self) -> dict:
+        """What a checkpoint keeps: the names in id order, the given-back ids and those waiting to be
+        (how many shards hold each id comes back with the shards' first deltas). The names go as one
+        MessagePack array: a pickled list memoizes every string (ten times slower)."""
+        waiting = np.array(self._waiting, dtype=np.int64).reshape(-1, 2)
+        current = self._gone_since.view[waiting[:, 1]] == waiting[:, 0] if len(waiting) else np.zeros(0, bool)
+        return {"names": msgspec.msgpack.encode(self.names), "free": np.array(sorted(self._free), dtype=np.int64),
+                "waiting": waiting[current]}
+
+    @classmethod
+    def restore(cls, state: dict, reuse_after: int | None = None) -> "VertexIds":
+        """The ids of :meth:`state` (``state["epoch"]``: the checkpoint's, before which no rename is kept)."""
+        ids = cls(reuse_after)
+        names = state["names"]
+        ids.names = msgspec.msgpack.decode(names) if isinstance(names, bytes) else list(names)
+        ids.index = {name: i for i, name in enumerate(ids.names) if name}
+        ids._sync()
+        ids._free = [int(i) for i in state.get("free", ())]
+        heapq.heapify(ids._free)
+        for since, i in np.asarray(state.get("waiting", np.zeros((0, 2), np.int64))).tolist():
+            ids._waiting.append((since, i))
+            ids._gone_since.view[i] = since
+        ids._renames_floor = int(state.get("epoch", 0))
+        return ids
+
+    def _sync(self) -> None:
+        n = len(self.names)
+        if len(self._holders) < n:
+            self._holders.extend(np.zeros(n - len(self._holders), dtype=np.int32))
+        if len(self._gone_since) < n:
+            self._gone_since.extend(np.full(n - len(self._gone_since), -1, dtype=np.int64))

@@ -1,0 +1,141 @@
+"""The store's vertex names under reused ids (window mode), and the epochs it lets go because of them.
+
+Real :class:`~compute.results.EpochResult` objects in a real ResultStore, with the
+:class:`~compute.graph.NameChanges` the compute actor hands the feed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from api.exceptions import NotFound
+from api.store import ResultStore
+from compute.ids import NameChanges
+from compute.results import EpochResult
+
+NAMES = ["a", "b", "c", "d", "e"]
+
+
+def epoch(e: int, n: int, present: list[bool] | None = None, reuse_after: int | None = None, skipped=()) -> EpochResult:
+    mask = None if present is None else np.asarray(present, dtype=bool)
+    return EpochResult(
+        epoch=e, vector={"p:0": e}, records=e, vertices=n if mask is None else int(mask.sum()), edges=0,
+        committed_at=1.7e9 + e, commit_ms=1.0, timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0},
+        scores={"pagerank": np.linspace(1.0, 0.0, n)}, out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
+        present=mask, reuse_after=reuse_after, skipped=list(skipped),
+    )
+
+
+def listed(store: ResultStore, prefix: str = "") -> list[str]:
+    """Every name ``search`` finds in the newest epoch."""
+    r = store.get().result
+    return store.search(prefix, 100, r.known_vertices(), present=r.present)
+
+
+def named_store() -> ResultStore:
+    store = ResultStore(retain=10)
+    store.add([epoch(1, 5, [True] * 5)], NameChanges(0, NAMES))
+    return store
+
+
+def test_renames_free_move_and_append_names_each_indexed_once():
+    store = named_store()
+    # 0 is renamed; 1 is renamed and freed again (the last write holds); "c" moves from 2 to 3 (written on 3
+    # before 2 is freed, so "d" goes); "e" moves from 4 to a new id; 5 and 6 are new.
+    changes = NameChanges(5, ["f", "e"], np.array([0, 1, 3, 2, 1, 4]), ["alpha", "tmp", "c", "", "", ""])
+    store.add([epoch(2, 7, [True] * 7)], changes)
+    assert store.names == ["alpha", "", "", "c", "", "f", "e"]
+    assert store.index == {"alpha": 0, "c": 3, "f": 5, "e": 6}
+    assert listed(store) == ["alpha", "c", "e", "f"]
+    assert listed(store, "c") == ["c"]
+    assert store.vertex_id("c") == 3 and store.vertex_id("e") == 6
+    for gone in ("a", "b", "d", "tmp", ""):
+        with pytest.raises(NotFound):
+            store.vertex_id(gone)
+
+
+@pytest.mark.parametrize("ids, renamed", [([2, 3], ["", "c"]), ([3, 2], ["c", ""])], ids=["freed-first", "written-first"])
+def test_a_name_that_moves_follows_its_new_id_in_either_order(ids, renamed):
+    store = named_store()
+    store.add([epoch(2, 5, [True] * 5)], NameChanges(5, [], np.array(ids), renamed))
+    assert store.index["c"] == 3 and "d" not in store.index
+    assert listed(store) == ["a", "b", "c", "e"]
+    # Its new id is what the presence mask is checked on: out of the snapshot, the name is not found.
+    store.add([epoch(3, 5, [True, True, True, False, True])], None)
+    assert listed(store) == ["a", "b", "e"]
+
+
+def test_names_from_id_0_replace_the_list_and_the_index_whole():
+    store = named_store()
+    store.add([epoch(2, 3, [True] * 3)], NameChanges(0, ["x", "", "y"], np.array([0]), ["zzz"]))
+    assert store.names == ["x", "", "y"]
+    assert store.index == {"x": 0, "y": 2}
+    assert listed(store) == ["x", "y"]
+    with pytest.raises(NotFound):
+        store.vertex_id("a")
+
+
+def reference_names(names: list[str], index: dict[str, int], changes: NameChanges) -> tuple[list[str], dict[str, int]]:
+    """The names and the index after ``changes``, one write at a time: the obvious way."""
+    names, index = (list(names), dict(index)) if changes.start else ([], {})
+    writes = list(zip(np.asarray(changes.ids).tolist(), changes.renamed)) if changes.start else []
+    for i, n in writes + [(changes.start + j, n) for j, n in enumerate(changes.names)]:
+        names += [""] * (i + 1 - len(names))
+        if names[i] and index.get(names[i]) == i:
+            del index[names[i]]
+        names[i] = n
+        if n:
+            index[n] = i
+    return names, index
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_names_patched_in_place_match_the_names_written_one_by_one(seed):
+    rng = np.random.default_rng(seed)
+    pool = ["", *(f"n{k}" for k in range(12))]  # few names, so they move between ids and come back
+    store = ResultStore(retain=4)
+    names: list[str] = []
+    index: dict[str, int] = {}
+    for e in range(1, 9):
+        start = 0 if e == 1 or rng.random() < 0.1 else int(rng.integers(1, len(names) + 1))
+        given = [str(rng.choice(pool)) for _ in range(int(rng.integers(0, 4)) if start else int(rng.integers(1, 8)))]
+        end = max(len(names), start + len(given))
+        ids = rng.integers(0, end, int(rng.integers(0, 8))) if start else np.zeros(0, np.int64)
+        changes = NameChanges(start, given, ids, [str(rng.choice(pool)) for _ in ids])
+        names, index = reference_names(names, index, changes)
+        store.add([epoch(e, len(names), [True] * len(names))], changes)
+        assert store.names == names and store.index == index, e
+        assert store._sorted_names == sorted(index), e  # what search bisects: each indexed name once
+        assert listed(store) == sorted(index)[:100], e
+
+
+def test_names_that_would_skip_ids_are_refused_and_change_nothing():
+    store = named_store()
+    with pytest.raises(ValueError):
+        store.add([epoch(2, 7)], NameChanges(6, ["g"]))
+    assert store.names == NAMES and store.epoch_numbers() == [1]
+
+
+def test_epochs_whose_ids_may_name_other_vertices_now_are_let_go():
+    store = ResultStore(retain=8)
+    store.add([], NameChanges(0, NAMES))
+    ranked = [e for e in range(1, 13) if e != 6]  # 6 is merged into 7
+    for e in ranked:
+        store.add([epoch(e, 5, [True] * 5, reuse_after=5, skipped=[6] if e == 7 else [])], None)
+        assert store.epoch_numbers() == [k for k in ranked if e - 5 < k <= e], e
+        assert store.get(store.epoch_numbers()[0]).previous is None
+    with pytest.raises(NotFound) as got:
+        store.get(6)
+    assert got.value.code == "epoch_not_found"  # its ranked epoch 7 is gone, and with it what it merged
+    # An epoch that does not give ids back evicts nothing beyond the retention.
+    store.add([epoch(13, 5)], None)
+    assert store.epoch_numbers() == [8, 9, 10, 11, 12, 13]
+
+
+def test_the_retention_still_bounds_the_epochs_kept():
+    store = ResultStore(retain=3)
+    store.add([], NameChanges(0, NAMES))
+    for e in range(1, 13):
+        store.add([epoch(e, 5, [True] * 5, reuse_after=5)], None)
+        assert store.epoch_numbers() == list(range(max(1, e - 2), e + 1))
