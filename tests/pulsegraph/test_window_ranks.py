@@ -8,8 +8,11 @@ window graph: teleport and dangling mass over the vertices in the window only, t
 
 from __future__ import annotations
 
+import json
+
 import networkx as nx
 import numpy as np
+import pytest
 import ray
 
 from pulsegraph.topology import Pipeline
@@ -18,10 +21,14 @@ from tests.pulsegraph.test_pipeline import write
 from tests.pulsegraph.test_window import WINDOW, timed_lines, windowed
 
 
-def test_a_windowed_file_stream_ranks_as_networkx_on_the_window(ray_cluster, tmp_path):
+@pytest.mark.parametrize("reuse_after", [0, 1])
+def test_a_windowed_file_stream_ranks_as_networkx_on_the_window(ray_cluster, tmp_path, reuse_after):
+    """With ``reuse_after`` 1, read slowly enough for the shards to release vertices every 16 epochs:
+    the ids of vertices that left go to new ones, and the API's names must follow."""
     lines = timed_lines(1500, seed=5)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    p = Pipeline(windowed(tmp_path, rate=0).model_copy(update={"pagerank_tol": 1e-11})).start()
+    update = {"pagerank_tol": 1e-11, "id_reuse_after": reuse_after}
+    p = Pipeline(windowed(tmp_path, rate=300 if reuse_after else 0).model_copy(update=update)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=90)
         want, w = window_reference(records, view.result.vector, WINDOW)
@@ -38,5 +45,8 @@ def test_a_windowed_file_stream_ranks_as_networkx_on_the_window(ray_cluster, tmp
         ours = r.scores["pagerank"]
         assert np.abs(np.array([ours[p.store.index[v]] for v in nxr]) - np.array(list(nxr.values()))).sum() < 1e-8
         assert not ours[~r.present].any()
+        seen = {ev[k] for ev in map(json.loads, lines) for k in ("src", "dst", "id") if k in ev}
+        assert (len(names) < len(seen)) == bool(reuse_after)  # ids were reused, or every vertex has one
+        assert sorted(n for n in names if n) == sorted(p.store.index) and r.reuse_after == (reuse_after or None)
     finally:
         p.stop()
