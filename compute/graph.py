@@ -249,7 +249,7 @@ class GlobalGraph:
         for i in self.ids.give_back(epoch, lambda i: bool(out[i] or inn[i] or has_attrs[i])).tolist():
             self.attrs.clear(i)
 
-    def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int = 0) -> None:
+    def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:
         if delta.full:
             # The shard names its whole state anew: the mappings it had end here.
             mapped = se.local_to_global.view

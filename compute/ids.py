@@ -89,6 +89,8 @@ class VertexIds:
         if delta > 0:
             self._gone_since.view[ids] = -1
             return
+        if self.reuse_after is None:
+            return  # nothing is given back: nothing waits
         gone = np.unique(ids[self._holders.view[ids] == 0])
         self._gone_since.view[gone] = epoch
         self._waiting.extend((epoch, i) for i in gone.tolist())
@@ -123,6 +125,8 @@ class VertexIds:
         """After every shard sent its whole state (a restore): the named ids no shard holds and not
         already waiting were held when the checkpoint was written (else they would be waiting or given
         back), so they wait from this epoch, as they would have without the restart."""
+        if self.reuse_after is None:
+            return
         self._sync()
         n = len(self.names)
         named = np.fromiter((bool(name) for name in self.names), dtype=bool, count=n)
