@@ -245,8 +245,6 @@ def main() -> int:
     summary["killed_or_oom_lines"] = killed
     summary["service_exited_early"] = not alive
     (args.out / f"{stem}.json").write_text(json.dumps({"summary": summary, "samples": samples, "cmd": cmd}))
-    title = f"{' '.join(cmd[3:])}\n{machine()}"
-    plot(samples, started, args.out / f"{stem}.png", title)
     gb = 1e9
     print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
     print(json.dumps({k: v for k, v in summary.items() if k != "role_bytes_per_edge"}, indent=1))
@@ -264,6 +262,8 @@ def main() -> int:
     print("|---|---|---|")
     for r in ROLES:
         print(f"| {r} | {last['rss'][r] / gb:.2f} GB | {per.get(r, float('nan')):.0f} |")
+    # Last: the rows above are printed (and the samples saved) even where the plot cannot be drawn.
+    plot(samples, started, args.out / f"{stem}.png", f"{' '.join(cmd[3:])}\n{machine()}")
     return 0
 
 
