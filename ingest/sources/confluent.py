@@ -42,6 +42,8 @@ _librdkafka_log.addFilter(_NoConnectFailures())
 # librdkafka prefetches up to this much per partition (its default is 64 MB): some
 # seconds of records at 100k+ messages/s, without holding hundreds of MB per actor.
 QUEUED_MAX_KBYTES = 16 * 1024
+# How often librdkafka asks for the topic's metadata again (see _open).
+METADATA_REFRESH_MS = 10_000
 
 
 class ConfluentKafkaClient(BaseKafkaClient):
@@ -88,6 +90,9 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "auto.offset.reset": "error",
                 "socket.timeout.ms": REQUEST_TIMEOUT_MS,
                 "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+                # librdkafka's default is 5 minutes: after a broker restart, a partition the restarting
+                # broker briefly did not list stayed "Unknown partition" that long (a red chaos run).
+                "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
                 "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
                 "error_cb": self._on_error,
                 "on_commit": self._on_commit,
