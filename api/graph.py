@@ -221,6 +221,13 @@ class GraphHistory:
                 self._first = epoch
             self.epoch = epoch
 
+    def forget_before(self, epoch: int) -> None:
+        """Drop the undo records that only serve epochs before ``epoch`` (the record of epoch ``u`` gives
+        the graph as of ``u - 1``), freeing the slots of edges only those epochs saw live."""
+        with self._lock:
+            while self._undo and self._undo[0].epoch <= epoch:
+                self._release(self._undo.popleft())
+
     def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
         """The undo record of ``epoch`` (the newest applied) as arrays, for the result archive to keep."""
         with self._lock:

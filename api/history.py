@@ -59,6 +59,12 @@ class ArrayHistory:
             self._current = array
             self.epoch = epoch
 
+    def forget_before(self, epoch: int) -> None:
+        """Drop the undo records that only serve epochs before ``epoch`` (that of epoch ``u`` gives ``u - 1``)."""
+        with self._lock:
+            while self._undo and next(iter(self._undo)) <= epoch:
+                self._undo.popitem(last=False)
+
     def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
         """The undo record of ``epoch`` (the newest pushed) as arrays, for the result archive to keep."""
         with self._lock:

@@ -345,6 +345,13 @@ class ResultStore:
             self._algorithms = tuple(sorted(algos))
             listeners = list(self._listeners) if notify else []
             cold = list(self._epochs.values())[:-HOT_EPOCHS]
+            oldest = next(iter(self._epochs), None)
+        if oldest is not None:
+            # The histories keep no undo record that only serves epochs no longer retained (with reused
+            # ids the store keeps fewer than ``retain``; the graph view's dead edges go with them).
+            self.graph.forget_before(oldest)
+            for history in self._histories().values():
+                history.forget_before(oldest)
         self._cool(cold)
         for v in views:
             for listener in listeners:

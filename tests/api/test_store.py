@@ -139,3 +139,25 @@ def test_the_retention_still_bounds_the_epochs_kept():
     for e in range(1, 13):
         store.add([epoch(e, 5, [True] * 5, reuse_after=5)], None)
         assert store.epoch_numbers() == list(range(max(1, e - 2), e + 1))
+
+
+def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
+    """Each epoch an edge a -> x lives and the one before dies: once the store lets an epoch go (ids
+    reused), its undo record and the slot of an edge only it saw live are gone too, reused by new edges."""
+    from compute.graph import EdgeChanges  # noqa: PLC0415
+
+    store = ResultStore(retain=100)
+    store.add([], NameChanges(0, NAMES))
+    for e in range(1, 21):
+        r = epoch(e, 5, [True] * 5, reuse_after=4)
+        born, died = e % 4 + 1, (e - 1) % 4 + 1
+        z = np.zeros(2, np.int64)
+        r.edge_changes = EdgeChanges(np.zeros(2, np.int32), np.array([born, died], np.int32), np.zeros(2, np.int16),
+                                     np.array([1, 0]), np.array([1, 0]) if e > 1 else z, None)
+        store.add([r], None)
+        kept = store.epoch_numbers()
+        assert kept == list(range(max(1, e - 3), e + 1))
+        assert store.graph.kept_from == max(1, kept[0])  # no undo record for an epoch let go
+        assert store.graph.slots <= 5  # dead edges' slots are reused: 4 destinations, a slot each at most
+        out, _, mult, _ = store.graph.neighbors(0, "out", kept[0])
+        assert out.tolist() == [kept[0] % 4 + 1] and mult.tolist() == [1]
