@@ -175,7 +175,7 @@ def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray
 
 @dataclass
 class NamesUpdate:
-    """A :class:`~compute.graph.NameChanges` worked out against the store's names (outside its lock):
+    """A :class:`~compute.ids.NameChanges` worked out against the store's names (outside its lock):
     what to swap in under it. ``names``/``full_index`` replace the list and the index whole (the change
     started at id 0); else ``writes`` (id -> name) patch ids the list has, ``tail`` extends it, and
     ``index`` says each touched name's id now (None: not indexed any more). ``sorted_names`` is the

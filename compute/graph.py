@@ -288,11 +288,10 @@ class GlobalGraph:
             se.weight.view[s] = delta.e_weight
             if len(delta.e_first_ts) == len(s):
                 se.first_ts.view[s] = delta.e_first_ts
-        released = getattr(delta, "released", None)
-        if released is not None and len(released):
+        if len(delta.released):
             # After the edges: the delta's last rows of the released ids' edges still name them.
-            mapped = se.local_to_global.view[released]
-            se.local_to_global.view[released] = -1
+            mapped = se.local_to_global.view[delta.released]
+            se.local_to_global.view[delta.released] = -1
             self.ids.hold(mapped[mapped >= 0], -1, epoch)
 
     def _sync_columns(self) -> None:

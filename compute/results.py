@@ -4,7 +4,7 @@ Arrays are indexed by global vertex id (see :class:`compute.graph.GlobalGraph`).
 Ids are dense; without a window they are append-only, so a consumer that knows
 the first ``n`` names only needs the names added since. With a window an id may
 be given to another name once its vertex has been out of the snapshot for
-``reuse_after`` sealed epochs (:class:`compute.graph.NameChanges` says which).
+``reuse_after`` sealed epochs (:class:`compute.ids.NameChanges` says which).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The store's vertex names under reused ids (window mode), and the epochs it lets go because of them.
 
 Real :class:`~compute.results.EpochResult` objects in a real ResultStore, with the
-:class:`~compute.graph.NameChanges` the compute actor hands the feed.
+:class:`~compute.ids.NameChanges` the compute actor hands the feed.
 """
 
 from __future__ import annotations
