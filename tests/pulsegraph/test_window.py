@@ -98,8 +98,9 @@ def test_the_windowed_graph_is_the_definition_at_every_checked_vector_and_late_e
 def test_a_crash_and_a_restart_from_the_checkpoint_end_in_the_same_window(ray_cluster, tmp_path):
     lines = timed_lines(1500, seed=4)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    # Slowly enough for ids to be released (every 16 epochs) and reused (after 1) before the crash, so
-    # the restart resumes the given-back and waiting ids from the checkpoint.
+    # Slowly enough that ids are usually released (every 16 epochs) and reused (after 1) before the crash,
+    # so the restart resumes given-back and waiting ids from the checkpoint; how many epochs are cut depends
+    # on timing, so that ids were reused is held deterministically in tests/compute/test_reuse.py instead.
     reuse = {"id_reuse_after": 1}
     p = Pipeline(windowed(tmp_path, rate=300).model_copy(update=reuse)).start()
     p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 600, timeout=60)
@@ -111,8 +112,6 @@ def test_a_crash_and_a_restart_from_the_checkpoint_end_in_the_same_window(ray_cl
         assert shard_graph(p) == want
         present = view.result.present
         assert present is not None and {p.store.names[i] for i in np.flatnonzero(present)} == set(want["vertices"])
-        seen = {ev[k] for ev in map(json.loads, lines) for k in ("src", "dst", "id") if k in ev}
-        assert len(p.store.names) < len(seen)  # ids were reused
         # The late count covers the whole history: the checkpoint kept the count up to it, the re-cut epochs
         # counted theirs again, the new ones theirs.
         assert p.poll_status()["window"]["late"] == late_by_the_log(records, EpochLog.read(str(tmp_path / "data" / "epochs.log")))
