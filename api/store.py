@@ -8,7 +8,7 @@ answers (the epoch object, the top of a ranking) are encoded to JSON once per
 epoch. The graph itself, for neighbors as of any retained epoch, is kept from
 the epochs' edge changes in :class:`~api.graph.GraphHistory`. Where a window
 reuses vertex ids, the names follow the compute stage's renames and no epoch
-older than its ``reuse_after`` is kept.
+whose watermark is ``reuse_after`` or more below the newest one's is kept.
 
 With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
 and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
@@ -235,6 +235,12 @@ def names_update(names: list[str], index: dict[str, int], sorted_names: list[str
     )
 
 
+def _watermark_of(view: EpochView) -> float:
+    """An epoch's watermark; one without (windows off when it was cut) counts as older than any."""
+    w = view.result.watermark
+    return float("-inf") if w is None else w
+
+
 class ResultStore:
     def __init__(self, retain: int = 120, archive: ResultArchive | None = None) -> None:
         self.retain = retain
@@ -325,13 +331,14 @@ class ResultStore:
                 self._epochs[v.result.epoch] = v
                 if len(v.result.types) >= len(self.types):
                     self.types = list(v.result.types)
-            newest = next(reversed(self._epochs), None)
-            reuse = getattr(self._epochs[newest].result, "reuse_after", None) if newest is not None else None
-            # A window gives ids back: an epoch at or below newest - reuse_after may hold an id that names
-            # another vertex now, and would answer with the wrong names. The newest one always stays.
-            stale = newest - reuse if newest is not None and reuse is not None else None
+            newest = self._epochs[next(reversed(self._epochs))].result if self._epochs else None
+            reuse = getattr(newest, "reuse_after", None) if newest is not None else None
+            # A window gives ids back: an epoch whose watermark is at or below the newest one's minus
+            # reuse_after may hold an id that names another vertex now, and would answer with the wrong
+            # names. The newest one always stays.
+            stale = newest.watermark - reuse if newest is not None and reuse is not None and newest.watermark is not None else None
             while len(self._epochs) > self.retain or (
-                stale is not None and len(self._epochs) > 1 and next(iter(self._epochs)) <= stale
+                stale is not None and len(self._epochs) > 1 and _watermark_of(self._epochs[next(iter(self._epochs))]) <= stale
             ):
                 _, dropped = self._epochs.popitem(last=False)
                 for e in dropped.result.skipped:

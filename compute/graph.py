@@ -16,8 +16,9 @@ applications, the API's graph view) may then assume that a row's before and
 after name the same edge. In window mode the graph also keeps which vertices
 are in the snapshot (a live edge, or attributes written inside the window),
 from the vertices each merge touched, never from a scan.
-With a window, an id that no shard has held for ``reuse_after`` epochs is given
-back and reused (see :mod:`compute.ids`); the merge keeps which shards hold each.
+With a window, an id that no shard has held for ``reuse_after`` seconds of event
+time (the watermark the deltas carry) is given back and reused (see
+:mod:`compute.ids`); the merge keeps which shards hold each.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _no_attrs(raw: bytes | None) -> bool:
 
 
 class GlobalGraph:
-    def __init__(self, windowed: bool = False, reuse_after: int | None = None) -> None:
+    def __init__(self, windowed: bool = False, reuse_after: float | None = None) -> None:
         self.ids = VertexIds(reuse_after)
         self.attrs = AttrTable()  # encoded, as the shards send them
         self.types: list[str] = []
@@ -131,7 +132,7 @@ class GlobalGraph:
         return self.ids.index
 
     @property
-    def reuse_after(self) -> int | None:
+    def reuse_after(self) -> float | None:
         return self.ids.reuse_after
 
     @property
@@ -179,7 +180,7 @@ class GlobalGraph:
         return {**self.ids.state(), "types": list(self.types)}
 
     @classmethod
-    def restore_ids(cls, state: dict, reuse_after: int | None = None) -> "GlobalGraph":
+    def restore_ids(cls, state: dict, reuse_after: float | None = None) -> "GlobalGraph":
         """An empty graph that gives the checkpointed names and types their old ids again; the shards'
         first deltas after a restore then fill it. Ids that consumers (the API) already hold stay valid."""
         g = cls()
@@ -226,7 +227,7 @@ class GlobalGraph:
         for deltas in epochs:
             epoch = max((d.epoch for d in deltas), default=0)
             if self.reusing:
-                self._give_back(epoch)
+                self._give_back(epoch, max((d.watermark for d in deltas if d.watermark is not None), default=None))
             index = self.index
             self.ids.name(sorted({n for d in deltas for n in d.new_names if n not in index}), epoch)
             for d in sorted(deltas, key=lambda d: d.shard):
@@ -241,12 +242,12 @@ class GlobalGraph:
         self._update_presence(touched)
         return after, was
 
-    def _give_back(self, epoch: int) -> None:
+    def _give_back(self, epoch: int, watermark: float | None) -> None:
         """Give back the ids whose wait is over (:meth:`VertexIds.give_back`); held by no shard means no
         edge and no attributes, which the degrees check once more. Their attributes go with them."""
         self._sync_columns()
         out, inn, has_attrs = self._out.view, self._in.view, self._has_attrs.view
-        for i in self.ids.give_back(epoch, lambda i: bool(out[i] or inn[i] or has_attrs[i])).tolist():
+        for i in self.ids.give_back(epoch, watermark, lambda i: bool(out[i] or inn[i] or has_attrs[i])).tolist():
             self.attrs.clear(i)
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:

@@ -4,16 +4,20 @@ Ids are dense. Epoch by epoch, the vertices new in an epoch get theirs in name
 order, so ids are a pure function of the epoch vectors (the same whatever the
 shard count, the batching or the relaunch; the API keeps them across all three).
 
-Reused ids (window mode, ``reuse_after`` H): :class:`VertexIds` counts, per id,
-the shards whose local ids map to it (a shard ends a mapping with its delta's
-``released``, decided on its applied state only). An id that no shard has held
-for H sealed epochs (so it has had no edge and no attributes all that time) is
-given back: its name leaves the index, and the next epoch's new names take the
-given-back ids lowest first, still in name order. Ids stay a pure function of
-the epoch vectors, and the id space follows the window instead of every vertex
+Reused ids (window mode, ``reuse_after`` H seconds of event time):
+:class:`VertexIds` counts, per id, the shards whose local ids map to it (a shard
+ends a mapping with its delta's ``released``, decided on its applied state
+only). An id that no shard has held since an epoch whose watermark is H or more
+below the current epoch's (so it has had no edge and no attributes all that
+time) is given back: its name leaves the index, and the next epoch's new names
+take the given-back ids lowest first, still in name order. The delay is counted
+on the watermark, not in epochs or wall time: the watermark is a pure function of
+the epoch vector, so ids stay one too, and the delay does not stretch when
+epochs come slower under load (which would keep more ids exactly when the
+service is busiest). The id space follows the window instead of every vertex
 ever seen. To every algorithm a reused id is a vertex that was absent and came
 back. :meth:`VertexIds.name_changes` tells a consumer what the names did; it must
-keep no epoch H or more epochs older than the newest
+keep no epoch whose watermark is H or more below the newest one's
 (:attr:`compute.results.EpochResult.reuse_after`).
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -46,19 +51,23 @@ class NameChanges:
 
 
 class VertexIds:
-    def __init__(self, reuse_after: int | None = None) -> None:
+    def __init__(self, reuse_after: float | None = None) -> None:
         self.names: list[str] = []  # by id; "" for an id given back and not reused yet
         self.index: dict[str, int] = {}
-        self.reuse_after = reuse_after or None
+        self.reuse_after = float(reuse_after) if reuse_after else None
+        # The epoch being merged and its watermark (set by give_back, which runs first in each epoch).
+        self._epoch, self._watermark = 0, float("-inf")
         # Per id, the shards mapping a local id to it, and the epoch that count fell to 0 (-1: held);
-        # the ids at 0 in that order (stale entries are skipped), and the given-back ones.
+        # the ids at 0 in that order as (epoch, its watermark, id) (stale entries are skipped), and the
+        # given-back ones.
         self._holders = Column(np.int32)
         self._gone_since = Column(np.int64)
-        self._waiting: collections.deque[tuple[int, int]] = collections.deque()
+        self._waiting: collections.deque[tuple[int, float, int]] = collections.deque()
         self._free: list[int] = []  # a heap: reused lowest first
-        # Names of existing ids that changed, by epoch (given back: "", reused: the new name), for
-        # consumers' copies; changes at or below _renames_floor are no longer kept.
-        self._renames: collections.deque[tuple[int, np.ndarray, list[str]]] = collections.deque()
+        # Names of existing ids that changed, as (epoch, its watermark, ids, names) (given back: "",
+        # reused: the new name), for consumers' copies; changes at or below _renames_floor are no
+        # longer kept.
+        self._renames: collections.deque[tuple[int, float, np.ndarray, list[str]]] = collections.deque()
         self._renames_floor = 0
 
     def __len__(self) -> int:
@@ -77,7 +86,7 @@ class VertexIds:
                 self.names.append(name)
             self.index[name] = i
         if reused:
-            self._renames.append((epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused]))
+            self._renames.append((epoch, self._watermark, np.array(reused, dtype=np.int64), [self.names[i] for i in reused]))
 
     def hold(self, ids: np.ndarray, delta: int, epoch: int) -> None:
         """``delta`` (+1/-1) more shards hold each of ``ids`` (repeats count); ids no shard holds any
@@ -92,18 +101,25 @@ class VertexIds:
         if self.reuse_after is None:
             return  # nothing is given back: nothing waits
         gone = np.unique(ids[self._holders.view[ids] == 0])
-        self._gone_since.view[gone] = epoch
-        self._waiting.extend((epoch, i) for i in gone.tolist())
+        self._wait(gone, epoch)
 
-    def give_back(self, epoch: int, busy: Callable[[int], bool]) -> np.ndarray:
-        """The ids no shard has held since ``epoch - reuse_after`` or before, given back: their names
-        leave the index, the ids go to the next new names. Ones a shard holds again, or that ``busy``
-        says still have an edge or attributes, stay."""
+    def give_back(self, epoch: int, watermark: float | None, busy: Callable[[int], bool]) -> np.ndarray:
+        """Start merging ``epoch`` (its ``watermark``: None keeps the last one). The ids no shard has held
+        since an epoch with a watermark ``reuse_after`` or more below this one are given back: their
+        names leave the index, the ids go to the next new names. Ones a shard holds again, or that
+        ``busy`` says still have an edge or attributes, stay."""
+        self._epoch = epoch
+        if watermark is not None:
+            self._watermark = max(self._watermark, float(watermark))
         if self.reuse_after is None:
             return np.zeros(0, np.int64)
+        if self._waiting and math.isnan(self._waiting[-1][1]):
+            # Restored from a checkpoint that kept no watermarks: those ids wait from this epoch on.
+            self._waiting = collections.deque((e, self._watermark if math.isnan(w) else w, i) for e, w, i in self._waiting)
+        bound = self._watermark - self.reuse_after
         given: list[int] = []
-        while self._waiting and self._waiting[0][0] <= epoch - self.reuse_after:
-            since, i = self._waiting.popleft()
+        while self._waiting and self._waiting[0][1] <= bound:
+            since, _, i = self._waiting.popleft()
             if self._gone_since.view[i] != since or busy(i):
                 continue
             self._gone_since.view[i] = -1
@@ -115,10 +131,11 @@ class VertexIds:
             given.append(i)
         out = np.array(given, dtype=np.int64)
         if given:
-            self._renames.append((epoch, out, [""] * len(given)))
-        # A consumer this far behind keeps no epoch whose names these would fix (reuse_after): it is
-        # sent every name instead.
-        self.forget_renames(epoch - self.reuse_after)
+            self._renames.append((epoch, self._watermark, out, [""] * len(given)))
+        # A consumer this far behind keeps no epoch whose names these would fix (its watermark is
+        # reuse_after below this one): it is sent every name instead.
+        while self._renames and self._renames[0][1] <= bound:
+            self._renames_floor = self._renames.popleft()[0]
         return out
 
     def restored_holders(self, epoch: int) -> None:
@@ -131,15 +148,14 @@ class VertexIds:
         n = len(self.names)
         named = np.fromiter((bool(name) for name in self.names), dtype=bool, count=n)
         gone = np.flatnonzero(named & (self._holders.view[:n] == 0) & (self._gone_since.view[:n] < 0))
-        self._gone_since.view[gone] = epoch
-        self._waiting.extend((epoch, i) for i in gone.tolist())
+        self._wait(gone, epoch)
 
     def name_changes(self, after: int, known: int) -> NameChanges:
         """For a consumer that has the names of ids below ``known`` as of epoch ``after``: what makes its
         copy equal to :attr:`names` now."""
         if after < self._renames_floor:
             return NameChanges(0, list(self.names))
-        newer = [(e_ids, e_names) for epoch, e_ids, e_names in self._renames if epoch > after]
+        newer = [(e_ids, e_names) for epoch, _, e_ids, e_names in self._renames if epoch > after]
         if not newer:
             return NameChanges(known, self.names[known:])
         ids = np.concatenate([e_ids for e_ids, _ in newer])
@@ -154,15 +170,16 @@ class VertexIds:
 
     def state(self) -> dict:
         """What a checkpoint keeps: the names in id order, the given-back ids and those waiting to be
-        (how many shards hold each id comes back with the shards' first deltas). The names go as one
-        MessagePack array: a pickled list memoizes every string (ten times slower)."""
-        waiting = np.array(self._waiting, dtype=np.int64).reshape(-1, 2)
-        current = self._gone_since.view[waiting[:, 1]] == waiting[:, 0] if len(waiting) else np.zeros(0, bool)
+        (epoch and id, and the epoch's watermark; how many shards hold each id comes back with the
+        shards' first deltas). The names go as one MessagePack array: a pickled list memoizes every
+        string (ten times slower)."""
+        entries = [(e, w, i) for e, w, i in self._waiting if self._gone_since.view[i] == e]
+        waiting = np.array([(e, i) for e, _, i in entries], dtype=np.int64).reshape(-1, 2)
         return {"names": msgspec.msgpack.encode(self.names), "free": np.array(sorted(self._free), dtype=np.int64),
-                "waiting": waiting[current]}
+                "waiting": waiting, "waiting_since": np.array([w for _, w, _ in entries], dtype=np.float64)}
 
     @classmethod
-    def restore(cls, state: dict, reuse_after: int | None = None) -> "VertexIds":
+    def restore(cls, state: dict, reuse_after: float | None = None) -> "VertexIds":
         """The ids of :meth:`state` (``state["epoch"]``: the checkpoint's, before which no rename is kept)."""
         ids = cls(reuse_after)
         names = state["names"]
@@ -171,11 +188,19 @@ class VertexIds:
         ids._sync()
         ids._free = [int(i) for i in state.get("free", ())]
         heapq.heapify(ids._free)
-        for since, i in np.asarray(state.get("waiting", np.zeros((0, 2), np.int64))).tolist():
-            ids._waiting.append((since, i))
+        waiting = np.asarray(state.get("waiting", np.zeros((0, 2), np.int64))).reshape(-1, 2)
+        marks = np.asarray(state.get("waiting_since", np.full(len(waiting), np.nan)), dtype=np.float64)
+        for (since, i), mark in zip(waiting.tolist(), marks.tolist()):
+            ids._waiting.append((since, mark, i))
             ids._gone_since.view[i] = since
         ids._renames_floor = int(state.get("epoch", 0))
         return ids
+
+    def _wait(self, ids: np.ndarray, epoch: int) -> None:
+        """``ids`` (unique) are held by no shard from ``epoch`` on: they wait from its watermark."""
+        self._gone_since.view[ids] = epoch
+        mark = self._watermark
+        self._waiting.extend((epoch, mark, i) for i in ids.tolist())
 
     def _sync(self) -> None:
         n = len(self.names)

@@ -3,8 +3,9 @@
 Arrays are indexed by global vertex id (see :class:`compute.graph.GlobalGraph`).
 Ids are dense; without a window they are append-only, so a consumer that knows
 the first ``n`` names only needs the names added since. With a window an id may
-be given to another name once its vertex has been out of the snapshot for
-``reuse_after`` sealed epochs (:class:`compute.ids.NameChanges` says which).
+be given to another name once its vertex has been out of the snapshot while the
+watermark advanced ``reuse_after`` seconds (:class:`compute.ids.NameChanges`
+says which).
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ class EpochResult:
     # window); ``vertices`` counts these. None outside window mode, where every id below the vertex
     # count is in it.
     present: np.ndarray | None = None
-    # Window mode: a vertex id out of the snapshot for this many sealed epochs may name another vertex
-    # from then on, so a consumer keeps no epoch at or below ``epoch - reuse_after`` (its ids may name
-    # other vertices now). None: ids are never reused.
-    reuse_after: int | None = None
+    # Window mode: a vertex id out of the snapshot while the watermark advanced this many seconds may
+    # name another vertex from then on, so a consumer keeps no epoch whose watermark is at or below
+    # ``watermark - reuse_after`` (its ids may name other vertices now). None: ids are never reused.
+    reuse_after: float | None = None
 
     def known_vertices(self) -> int:
         """Vertex ids this epoch knows (the length of its per-vertex arrays): ``vertices`` outside

@@ -46,7 +46,7 @@ class ComputeStage:
     def __init__(
         self, rank_types: tuple[str, ...] | None = None, rank: RankConfig | None = None,
         apps: AppConfig | None = None, graph: GlobalGraph | None = None, apps_state: dict | None = None,
-        reuse_after: int | None = None,
+        reuse_after: float | None = None,
     ) -> None:
         self.graph = graph if graph is not None else GlobalGraph(reuse_after=reuse_after)
         self.rank_types = tuple(rank_types) if rank_types else None
@@ -119,7 +119,7 @@ class ComputeStage:
     @classmethod
     def restored(
         cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None,
-        reuse_after: int | None = None,
+        reuse_after: float | None = None,
     ) -> "ComputeStage":
         return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"))
 

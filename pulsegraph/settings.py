@@ -129,8 +129,9 @@ class Settings(BaseSettings):
     epoch_interval: float = Field(1.0, gt=0, description="time between epoch cuts, e.g. 1s or 500ms")
     window: float | None = Field(None, gt=0, description="sliding window of event time, e.g. 10m, 6h or 7d: an epoch holds the "
         "transactions of the last WINDOW before its watermark (default: off, the graph keeps everything)")
-    id_reuse_after: int = Field(256, ge=0, description="with --window: a vertex out of the snapshot for this many sealed epochs gives its id "
-        "to new vertices, so the ids follow the window; the API then keeps no epoch this many epochs older than the newest (0: never reuse)")
+    id_reuse_after: float = Field(120.0, ge=0, description="with --window: a vertex out of the snapshot while the watermark advances this much "
+        "event time, e.g. 2m, gives its id to new vertices, so the ids follow the window; the API then keeps no epoch whose watermark is "
+        "this much below the newest one's (0: never reuse)")
     host: str = Field("127.0.0.1", description="address the API binds")
     port: int = Field(8000, ge=0, le=65535, description="port the API binds")
     api_token: SecretStr | None = Field(None, description="bearer token that POST /v1/events (and protected reads) need; no default; placeholders, repeats and tokens "
@@ -178,7 +179,7 @@ class Settings(BaseSettings):
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
-    @field_validator("epoch_interval", "header_timeout", "keep_alive_timeout", "send_timeout", mode="before")
+    @field_validator("epoch_interval", "id_reuse_after", "header_timeout", "keep_alive_timeout", "send_timeout", mode="before")
     @classmethod
     def _duration(cls, v):
         return parse_duration(v)

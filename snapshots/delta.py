@@ -36,6 +36,9 @@ class EpochDelta:
     e_first_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     # True when the delta holds the shard's whole state (the first epoch after a restore).
     full: bool = False
+    # With a window: the epoch's watermark W_e, as the shard applied it (the compute stage's id reuse
+    # delay is counted on it).
+    watermark: float | None = None
     # With a window: local ids whose vertex the window emptied (no held edge slot, no attributes), from
     # the applied state only. They name no vertex of this shard from now on: a later update introduces
     # the vertex again by name. The compute stage counts, per global id, the shards still holding it.

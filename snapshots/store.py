@@ -219,6 +219,7 @@ class ShardStore:
             e_weight=e.weight.view[touched].copy(),
             e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
+            watermark=None if watermark is None else float(watermark),
             released=self._released() if self.window and epoch % self.recycle_every == 0 else np.zeros(0, np.int32),
         )
         if self.window and epoch % self.recycle_every == 0:

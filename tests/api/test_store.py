@@ -17,13 +17,14 @@ from compute.results import EpochResult
 NAMES = ["a", "b", "c", "d", "e"]
 
 
-def epoch(e: int, n: int, present: list[bool] | None = None, reuse_after: int | None = None, skipped=()) -> EpochResult:
+def epoch(e: int, n: int, present: list[bool] | None = None, reuse_after: float | None = None, skipped=(),
+          watermark: float | None = None) -> EpochResult:
     mask = None if present is None else np.asarray(present, dtype=bool)
     return EpochResult(
         epoch=e, vector={"p:0": e}, records=e, vertices=n if mask is None else int(mask.sum()), edges=0,
         committed_at=1.7e9 + e, commit_ms=1.0, timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0},
         scores={"pagerank": np.linspace(1.0, 0.0, n)}, out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
-        present=mask, reuse_after=reuse_after, skipped=list(skipped),
+        present=mask, reuse_after=reuse_after, skipped=list(skipped), watermark=float(e) if watermark is None else watermark,
     )
 
 
@@ -122,22 +123,37 @@ def test_epochs_whose_ids_may_name_other_vertices_now_are_let_go():
     store.add([], NameChanges(0, NAMES))
     ranked = [e for e in range(1, 13) if e != 6]  # 6 is merged into 7
     for e in ranked:
-        store.add([epoch(e, 5, [True] * 5, reuse_after=5, skipped=[6] if e == 7 else [])], None)
+        # Event time runs 10 s an epoch here: a 50 s delay lets go of the epochs 5 or more behind.
+        store.add([epoch(e, 5, [True] * 5, reuse_after=50.0, skipped=[6] if e == 7 else [], watermark=10.0 * e)], None)
         assert store.epoch_numbers() == [k for k in ranked if e - 5 < k <= e], e
         assert store.get(store.epoch_numbers()[0]).previous is None
     with pytest.raises(NotFound) as got:
         store.get(6)
     assert got.value.code == "epoch_not_found"  # its ranked epoch 7 is gone, and with it what it merged
     # An epoch that does not give ids back evicts nothing beyond the retention.
-    store.add([epoch(13, 5)], None)
+    store.add([epoch(13, 5, watermark=130.0)], None)
     assert store.epoch_numbers() == [8, 9, 10, 11, 12, 13]
+
+
+def test_the_delay_is_counted_on_the_watermark_not_on_epochs():
+    """While the watermark stands still (no new event time) nothing can be given back, so nothing is let
+    go beyond the retention; once it jumps past the delay, every epoch but the newest is."""
+    store = ResultStore(retain=8)
+    store.add([], NameChanges(0, NAMES))
+    for e in range(1, 13):
+        store.add([epoch(e, 5, [True] * 5, reuse_after=50.0, watermark=min(10.0 * e, 40.0))], None)
+    assert store.epoch_numbers() == list(range(5, 13))
+    store.add([epoch(13, 5, [True] * 5, reuse_after=50.0, watermark=89.0)], None)
+    assert store.epoch_numbers() == list(range(6, 14))  # 40 > 89 - 50: still safe
+    store.add([epoch(14, 5, [True] * 5, reuse_after=50.0, watermark=90.0)], None)
+    assert store.epoch_numbers() == [13, 14]
 
 
 def test_the_retention_still_bounds_the_epochs_kept():
     store = ResultStore(retain=3)
     store.add([], NameChanges(0, NAMES))
     for e in range(1, 13):
-        store.add([epoch(e, 5, [True] * 5, reuse_after=5)], None)
+        store.add([epoch(e, 5, [True] * 5, reuse_after=5.0)], None)
         assert store.epoch_numbers() == list(range(max(1, e - 2), e + 1))
 
 
@@ -149,7 +165,7 @@ def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
     store = ResultStore(retain=100)
     store.add([], NameChanges(0, NAMES))
     for e in range(1, 21):
-        r = epoch(e, 5, [True] * 5, reuse_after=4)
+        r = epoch(e, 5, [True] * 5, reuse_after=4.0)
         born, died = e % 4 + 1, (e - 1) % 4 + 1
         z = np.zeros(2, np.int64)
         r.edge_changes = EdgeChanges(np.zeros(2, np.int32), np.array([born, died], np.int32), np.zeros(2, np.int16),
