@@ -29,7 +29,7 @@ from snapshots.exceptions import EpochOrderError
 from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
 from snapshots.growable import Column
 from snapshots.interner import Interner
-from snapshots.window import TimeLog
+from snapshots.window import TimeLog, drop_late
 
 class _PartitionBuffer:
     """Transactions of one partition received but not yet covered by an epoch, as column chunks."""
@@ -147,7 +147,7 @@ class ShardStore:
             if watermark is None:
                 raise EpochOrderError(f"shard {self.shard}: epoch {epoch} has no watermark, and the shard has a window")
             bound = float(watermark) - self.window
-            edge_parts, vertex_parts, late = _drop_late(edge_parts, vertex_parts, bound)
+            edge_parts, vertex_parts, late = drop_late(edge_parts, vertex_parts, bound)
             self.late += sum(len(o) for o in late.values())
             expired = self._expire_edges(bound)
         if edge_parts:
@@ -177,17 +177,7 @@ class ShardStore:
         else:
             changed_all = set()
 
-        changed: set[int] = changed_all
-        newer = self._stamps.newer(winners, partition_names)
-        for vid, attrs in zip(winners["vid"][newer].tolist(), winners["attrs"][newer].tolist()):
-            self.attrs.put(vid, encode(attrs))
-            changed.add(vid)
-        self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
-        if self._writes is not None and bound is not None:
-            vid = winners["vid"][newer]
-            self._writes.add(winners["ts"][newer], vid, np.zeros(len(vid), np.int8), np.zeros(len(vid), np.int64))
-            changed.update(self._expire_attrs(bound))
-
+        changed = changed_all | self._write_attrs(winners, partition_names, bound)
         for name, high in vector.items():
             self.applied[name] = max(high, self.applied.get(name, 0))
         self.epoch = epoch
@@ -234,6 +224,21 @@ class ShardStore:
             late=late,
         )
         return summary, delta
+
+    def _write_attrs(self, winners: dict, partition_names: list, bound: float | None) -> set[int]:
+        """Store the attribute writes that win over the stored ones (and, with a window, let those
+        written at or below ``bound`` expire); the vertices whose attributes changed."""
+        changed: set[int] = set()
+        newer = self._stamps.newer(winners, partition_names)
+        for vid, attrs in zip(winners["vid"][newer].tolist(), winners["attrs"][newer].tolist()):
+            self.attrs.put(vid, encode(attrs))
+            changed.add(vid)
+        self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
+        if self._writes is not None and bound is not None:
+            vid = winners["vid"][newer]
+            self._writes.add(winners["ts"][newer], vid, np.zeros(len(vid), np.int8), np.zeros(len(vid), np.int64))
+            changed.update(self._expire_attrs(bound))
+        return changed
 
     def _check_order(self, epoch: int, vector: dict[str, int]) -> None:
         if epoch <= self.epoch:
@@ -446,25 +451,6 @@ class ShardStore:
         edges = {k: (int(m), int(w)) for k, m, w in zip(keys, e.mult.view[slots], e.weight.view[slots])}
         first = {k: float(f) for k, f in zip(keys, e.first_ts.view[slots])}
         return {"vertices": verts, "edges": edges, "first_ts": first}
-
-
-def _drop_late(edge_parts: list, vertex_parts: list, bound: float) -> tuple[list, list, dict[str, np.ndarray]]:
-    """Split off the rows whose event time is at or below ``bound``: they never enter the window.
-    Every row of a transaction carries the transaction's time, so a transaction is late whole.
-    Returns the parts left and, per partition, the offsets of the late transactions."""
-    late: dict[str, list[np.ndarray]] = {}
-    out = []
-    for parts, ts_col in ((edge_parts, 6), (vertex_parts, 2)):
-        kept = []
-        for name, cols in parts:
-            old = cols[ts_col] <= bound
-            if old.any():
-                late.setdefault(name, []).append(cols[0][old])
-                cols = [c[~old] for c in cols]
-            if len(cols[0]):
-                kept.append((name, cols))
-        out.append(kept)
-    return out[0], out[1], {p: np.unique(np.concatenate(o)) for p, o in late.items()}
 
 
 def _run_index(offsets: np.ndarray) -> np.ndarray:

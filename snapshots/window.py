@@ -147,3 +147,22 @@ class TimeLog:
 
 def _sorted(a: np.ndarray) -> bool:
     return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
+def drop_late(edge_parts: list, vertex_parts: list, bound: float) -> tuple[list, list, dict[str, np.ndarray]]:
+    """Split off the rows whose event time is at or below ``bound``: they never enter the window.
+    Every row of a transaction carries the transaction's time, so a transaction is late whole.
+    Returns the parts left and, per partition, the offsets of the late transactions."""
+    late: dict[str, list[np.ndarray]] = {}
+    out = []
+    for parts, ts_col in ((edge_parts, 6), (vertex_parts, 2)):
+        kept = []
+        for name, cols in parts:
+            old = cols[ts_col] <= bound
+            if old.any():
+                late.setdefault(name, []).append(cols[0][old])
+                cols = [c[~old] for c in cols]
+            if len(cols[0]):
+                kept.append((name, cols))
+        out.append(kept)
+    return out[0], out[1], {p: np.unique(np.concatenate(o)) for p, o in late.items()}
