@@ -215,6 +215,10 @@ class GlobalGraph:
             for d in deltas:
                 if len(d.e_slot):
                     by_shard.setdefault(d.shard, []).append(d.e_slot)
+                if d.full and d.shard in self._shards:
+                    # A shard that names its whole state anew while the others go on (restored alone):
+                    # the edges it omits are gone, so each of its live slots may change.
+                    by_shard.setdefault(d.shard, []).append(np.flatnonzero(self._shards[d.shard].mult.view > 0))
         slots = {sh: (s[0] if len(s) == 1 else np.unique(np.concatenate(s))) for sh, s in by_shard.items()}
         before = {}
         for sh, sl in slots.items():
@@ -252,10 +256,13 @@ class GlobalGraph:
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:
         if delta.full:
-            # The shard names its whole state anew: the mappings it had end here.
+            # The shard names its whole state anew: the mappings it had end here, and so does every
+            # edge the delta does not name (a full delta sends the held slots only).
             mapped = se.local_to_global.view
             self.ids.hold(mapped[mapped >= 0], -1, epoch)
             se.local_to_global = Column(np.int64)
+            se.mult.view[:] = 0
+            se.weight.view[:] = 0
         if len(delta.new_ids):
             ids = se.local_to_global
             need = int(delta.new_ids.max()) + 1 - len(ids)

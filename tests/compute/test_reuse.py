@@ -163,3 +163,31 @@ def test_the_delay_is_event_time_however_many_epochs_it_takes():
     assert ids.name_changes(29, 3).ids.tolist() == [0, 1]
     ids.give_back(40, 20.0, never)
     assert ids.name_changes(29, 3).start == 0  # too far behind: every name
+
+
+def test_one_shard_restored_alone_keeps_the_ids_of_a_run_without_it():
+    """A single shard's full delta while the others go on (its old mappings end, its whole state is named
+    anew): the holder counts, and with them every id given back and reused, stay those of a run where
+    that shard never restarted."""
+    stores = [ShardStore(i, WINDOW, recycle_every=2) for i in range(SHARDS)]
+    steady = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    names: dict[int, list[str]] = {}
+    saved = None
+    for e in range(1, 41):
+        steady.apply_epochs([sealed(stores, e)])
+        names[e] = list(steady.names)
+        if e == 20:
+            saved = [s.state() for s in stores]
+    assert saved is not None
+    stores = [ShardStore(i, WINDOW, recycle_every=2) for i in range(SHARDS)]
+    g = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    for e in range(1, 41):
+        if e == 21:
+            stores[0] = ShardStore.restore(saved[0])  # shard 0 restarts from its epoch-20 checkpoint
+        deltas = sealed(stores, e)
+        assert deltas[0].full == (e == 21) and not deltas[1].full
+        g.apply_epochs([deltas])
+        assert g.names == names[e] and live_names(g) == window_of(e), e
+    assert len(names[40]) < 40 * 2 * PER_EPOCH / 2  # ids were reused after the restart too
+    assert all(np.array_equal(a, b) for a, b in zip(g.degrees(), steady.degrees()))
+    assert np.array_equal(g.present(), steady.present()) and g.live_edges() == steady.live_edges()
