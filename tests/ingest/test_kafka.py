@@ -235,22 +235,29 @@ def test_a_broker_outage_disconnects_both_clients_and_they_resume_without_loss(k
                 p.close()
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_100k_tweets_from_4_partitions_end_in_the_reference_graph(ray_cluster, kafka_broker, tmp_path, client):
+@pytest.fixture(scope="module")
+def tweets_100k(kafka_broker):
+    """100k tweets on one topic of 4 partitions, read back, with their reference graph and PageRank: made
+    once for both clients (producing and checking them costs as much as the pipeline's run)."""
     topic = kafka_broker.topic()
     stats = produce(produce_args(kafka_broker, topic, limit=100_000))
     assert stats == {**stats, "sent": 100_000, "errors": 0}
     records = consume_all(kafka_broker.bootstrap, topic)
     assert sum(map(len, records.values())) == 100_000 and all(records.values())
     want_vector = end_vector(records)
+    want = reference(records, want_vector, "tweets")
+    nxr = nx.pagerank(live_digraph(want, ("mentions",)), alpha=0.85, tol=1e-13, max_iter=10_000)
+    return topic, want_vector, want, nxr
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_100k_tweets_from_4_partitions_end_in_the_reference_graph(ray_cluster, kafka_broker, tmp_path, client, tweets_100k):
+    topic, want_vector, want, nxr = tweets_100k
     p = Pipeline(kafka_settings(tmp_path, kafka_broker, topic, pagerank_tol=1e-12, kafka_client=client)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
-        want = reference(records, want_vector, "tweets")
         assert ray.get(p.compute.snapshot.remote()) == want
         assert view.result.records == 100_000
-        g = live_digraph(want, ("mentions",))
-        nxr = nx.pagerank(g, alpha=0.85, tol=1e-13, max_iter=10_000)
         ours = view.result.scores["pagerank"]
         assert np.abs(ours - np.array([nxr[n] for n in p.store.names[: view.result.vertices]])).sum() < 1e-7
     finally:

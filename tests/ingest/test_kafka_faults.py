@@ -103,9 +103,9 @@ def assert_one_history(data_dir) -> None:
         assert all(b.vector.get(p, 0) >= o for p, o in a.vector.items())
 
 
-# Two kills, not more: each restart of the whole service (Ray included) takes 15-50 s on two cores,
-# and the chaos test (tests/ingest/test_chaos.py) and the results-topic test SIGKILL it too.
-def test_sigkill_twice_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
+# One kill: each restart of the whole service (Ray included) takes 15-50 s on two cores, and the
+# chaos test (tests/ingest/test_chaos.py, after other faults) and the results-topic test SIGKILL it too.
+def test_a_sigkill_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_path):
     topic = kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=10, partitions=4))  # the topic exists before the service starts
     producer = threading.Thread(
@@ -116,14 +116,12 @@ def test_sigkill_twice_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, 
     rng = random.Random(3)
     svc.start()
     producer.start()
-    epochs_seen = []
     try:
-        for _ in range(2):
-            e = svc.wait_for(lambda e: True, timeout=120)
-            time.sleep(rng.uniform(0.3, 2.0))
-            epochs_seen.append(e["epoch"])
-            svc.kill()
-            svc.start()
+        before = svc.wait_for(lambda e: True, timeout=120)["epoch"]
+        time.sleep(rng.uniform(0.3, 2.0))
+        svc.kill()
+        svc.start()
+        assert svc.wait_for(lambda e: True, timeout=120)["epoch"] >= before, "the restart resumes the history"
         producer.join(timeout=120)
         records = consume_all(kafka_broker.bootstrap, topic)
         want_vector = end_vector(records)
@@ -132,7 +130,6 @@ def test_sigkill_twice_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, 
         time.sleep(1.0)  # the checkpoint of the final epoch
     finally:
         svc.stop()
-    assert epochs_seen == sorted(epochs_seen), "each restart resumes the history"
     vector, graph = checkpointed_graph(data)
     assert vector == want_vector
     assert graph == reference(records, want_vector, "tweets")

@@ -3,10 +3,12 @@
 The test session already holds an embedded Ray instance, and a process joins one
 cluster only; so tests/pulsegraph/test_cluster.py runs this script. It starts a
 head and two worker nodes, runs the pipeline against the real Kafka broker with
-``ray_address`` set, and checks the outcome. Exit code 0 and a JSON line on
+``ray_address`` set (the shards must spread over the nodes), removes a worker
+node holding shards mid-stream, and checks the outcome: a relaunch, and the exact
+graph at the end. Exit code 0 and a JSON line on
 stdout mean every check held; anything else is a failure with the reason.
 
-    python -m tests.pulsegraph.cluster_scenario --mode spread|remove-node --bootstrap B --topic T --data-dir D
+    python -m tests.pulsegraph.cluster_scenario --bootstrap B --topic T --data-dir D
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ def live_counts(graph: dict) -> tuple[int, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["spread", "remove-node"], required=True)
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--data-dir", required=True)
@@ -51,23 +52,22 @@ def main() -> int:
     )
     sealed: list = []
     p = Pipeline(settings, on_epoch=lambda v: sealed.append(v.result)).start()
-    out: dict = {"mode": args.mode}
+    out: dict = {}
     try:
         if not p.wait_until_launched(120):
             raise AssertionError("the pipeline did not launch")
         shard_nodes = ray.get([s.node_id.remote() for s in p.shards])
         out["shard_nodes"] = len(set(shard_nodes))
         assert len(set(shard_nodes)) > 1, f"all shards on one node: {shard_nodes}"
-        if args.mode == "remove-node":
-            feeder = threading.Thread(
-                target=produce, args=(produce_args(_Broker(args.bootstrap), args.topic, limit=12_000, rate=2000, seed=21),)
-            )
-            feeder.start()
-            p.wait_for_epoch(lambda v: v.result.records > 3000, timeout=120)
-            victim = next(w for w in workers if w.node_id in set(shard_nodes))
-            cluster.remove_node(victim)
-            out["removed"] = victim.node_id
-            feeder.join(timeout=180)
+        feeder = threading.Thread(
+            target=produce, args=(produce_args(_Broker(args.bootstrap), args.topic, limit=12_000, rate=2000, seed=21),)
+        )
+        feeder.start()
+        p.wait_for_epoch(lambda v: v.result.records > 3000, timeout=120)
+        victim = next(w for w in workers if w.node_id in set(shard_nodes))
+        cluster.remove_node(victim)
+        out["removed"] = victim.node_id
+        feeder.join(timeout=180)
         records = consume_all(args.bootstrap, args.topic)
         want_vector = end_vector(records)
         p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
@@ -81,8 +81,7 @@ def main() -> int:
         for r in sealed:
             assert (r.vertices, r.edges) == live_counts(reference(records, r.vector, "tweets")), f"epoch {r.epoch} is partial"
         out.update(recoveries=p.recoveries, epochs_checked=len(sealed), records=sum(map(len, records.values())))
-        if args.mode == "remove-node":
-            assert p.recoveries >= 1, "losing a node with shards did not relaunch the pipeline"
+        assert p.recoveries >= 1, "losing a node with shards did not relaunch the pipeline"
     finally:
         p.stop()
         ray.shutdown()
