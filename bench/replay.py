@@ -37,6 +37,7 @@ from bench.machine import describe as machine
 from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.settings import parse_duration
 from snapshots.epoch import EpochInfo
 
 
@@ -49,10 +50,11 @@ def rss_mb() -> float:
 
 
 def sealed_epochs(events: int, per_epoch: int, users: int, hashtags: int, partitions: int, shards: int,
-                  batch: int = 5000, seed: int = 7):
+                  batch: int = 5000, seed: int = 7, window: float | None = None):
     """The growing synthetic tweet stream through the code the actors run, without the actors
     (transform, router, shard stores, the epoch cut): yields ``(info, deltas, stores)`` epoch by epoch,
-    the deltas as the compute actor receives them."""
+    the deltas as the compute actor receives them. With ``window`` (seconds of event time) the shards
+    expire it and each epoch carries its watermark, as the coordinator cuts them."""
     from ingest.batch import Router
     from ingest.sources import SourceSpec, open_partitions
     from ingest.transforms import Event, get_transform
@@ -63,8 +65,9 @@ def sealed_epochs(events: int, per_epoch: int, users: int, hashtags: int, partit
     parts = open_partitions(spec, names, {n: 0 for n in names})
     transform = get_transform("tweets")
     router = Router(shards)
-    stores = [ShardStore(i) for i in range(shards)]
+    stores = [ShardStore(i, window) for i in range(shards)]
     per_part = max(per_epoch // len(parts), 1)
+    watermark = 0.0
     for e in range(1, events // per_epoch + 1):
         vector = {}
         for p in parts:
@@ -72,14 +75,18 @@ def sealed_epochs(events: int, per_epoch: int, users: int, hashtags: int, partit
             while got < per_part:
                 records = p.next_batch(min(batch, per_part - got))
                 transform.feed(router, p.name, [Event(r.offset, 0, r.value) for r in records])
+                if window:
+                    latest, _ = router.stamp_times({p.name: {r.offset: r.ts for r in records if r.ts}})
+                    watermark = max([watermark, *latest.values()])
                 for store, b in zip(stores, router.take()):
                     if len(b):
                         store.receive(b)
                 got += len(records)
             vector[p.name] = p.position()
-        deltas = [s.apply(e, vector)[1] for s in stores]
+        deltas = [s.apply(e, vector, watermark if window else None)[1] for s in stores]
         info = EpochInfo(epoch=e, vector=vector, records=sum(vector.values()), sealed_at=time.time(),
-                commit_ms=0.0, timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
+                commit_ms=0.0, timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0},
+                window=window, watermark=watermark if window else None)
         yield info, deltas, stores
 
 
@@ -87,9 +94,10 @@ def record(args) -> int:
     epochs = args.events // args.per_epoch
     t0 = time.perf_counter()
     with lzma.open(args.out, "wb", preset=1) as f:
-        pickle.dump({"users": args.users, "hashtags": args.hashtags, "epochs": epochs, "per_epoch": args.per_epoch}, f)
+        pickle.dump({"users": args.users, "hashtags": args.hashtags, "epochs": epochs, "per_epoch": args.per_epoch,
+                     "window": args.window}, f)
         stream = sealed_epochs(args.events, args.per_epoch, args.users, args.hashtags, args.partitions, args.shards,
-                               args.batch, args.seed)
+                               args.batch, args.seed, args.window)
         for info, deltas, stores in stream:
             pickle.dump((info, deltas), f, protocol=5)
             print(f"\rrecorded epoch {info.epoch}/{epochs}  {sum(s.edges.live() for s in stores) / 1e6:.2f}M live edges"
@@ -109,8 +117,9 @@ def epochs_of(path: Path):
                 return
 
 
-def _stage(device: str, budget: float | None, rebuild: bool = False) -> ComputeStage:
-    return ComputeStage(("mentions",), RankConfig(device=device), AppConfig(topics_budget=budget, rebuild_every_epoch=rebuild))
+def _stage(device: str, budget: float | None, rebuild: bool = False, reuse_after: float | None = None) -> ComputeStage:
+    return ComputeStage(("mentions",), RankConfig(device=device), AppConfig(topics_budget=budget, rebuild_every_epoch=rebuild),
+                        reuse_after=reuse_after)
 
 
 def _published(apps: dict, budget: float | None) -> dict:
@@ -128,9 +137,9 @@ def _adjacency_mb(stage: ComputeStage) -> float:
 def replay(args) -> int:
     it = epochs_of(args.file)
     header = next(it)
-    stage = _stage(args.device, args.topics_budget, args.rebuild_apps)
-    other = _stage(args.against, args.topics_budget) if args.against else None
-    rebuilt = _stage(args.device, args.topics_budget, rebuild=True) if args.check_apps else None
+    stage = _stage(args.device, args.topics_budget, args.rebuild_apps, args.id_reuse_after)
+    other = _stage(args.against, args.topics_budget, reuse_after=args.id_reuse_after) if args.against else None
+    rebuilt = _stage(args.device, args.topics_budget, True, args.id_reuse_after) if args.check_apps else None
     print(f"machine: {machine()}\nreplay of {args.file} ({header}) on {stage.engine.be.name}"
           + (f" against {other.engine.be.name}" if other else "")
           + (", applications' adjacency rebuilt every epoch" if args.rebuild_apps else "")
@@ -197,6 +206,7 @@ def main() -> int:
     rec.add_argument("--shards", type=int, default=2)
     rec.add_argument("--batch", type=int, default=5000)
     rec.add_argument("--seed", type=int, default=7)
+    rec.add_argument("--window", type=parse_duration, default=None, help="a sliding window of event time, e.g. 10m (default: off)")
     rec.add_argument("--out", type=Path, default=Path("bench/out/epochs.rec"))
     rep = sub.add_parser("replay")
     rep.add_argument("file", type=Path)
@@ -207,6 +217,8 @@ def main() -> int:
     rep.add_argument("--rebuild-apps", action="store_true", help="build the applications' adjacency from the graph every epoch")
     rep.add_argument("--check-apps", action="store_true",
                      help="run a stage that rebuilds the applications' adjacency every epoch beside, and compare")
+    rep.add_argument("--id-reuse-after", type=parse_duration, default=120.0,
+                     help="with a recorded window: event time before a vertex's id is reused, as the service's (0: never)")
     rep.add_argument("--epochs", type=int, default=0, help="stop after this many ranked epochs (0: all)")
     args = ap.parse_args()
     if args.cmd == "record":

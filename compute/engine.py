@@ -23,6 +23,7 @@ from compute.incremental import SolveStats
 from compute.pagerank import DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, PageRank
 from compute.resident import ResidentGraph
 from compute.tunkrank import DEFAULT_P, TunkRank
+from ingest.arrays import unique
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +119,10 @@ class RankEngine:
         t0 = time.perf_counter()
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
-        changed = len(np.unique((src << 32) | dst)) if len(src) else 0
+        changed = len(unique((src << 32) | dst)) if len(src) else 0
         method = method or self.choose(changed)
         self.graph.grow(n)
-        rows = be.asarray(np.unique(src))
+        rows = be.asarray(unique(src))
         retract_ms = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from compute.ids import NameChanges, VertexIds
+from ingest.arrays import unique
 from snapshots.attrs import AttrTable, encode
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
@@ -108,7 +109,7 @@ class GlobalGraph:
         self._shards: dict[int, _ShardEdges] = {}
         # Kept up to date by every merge (see _count), so an epoch never scans the whole graph for them.
         self._live_count = 0
-        self._attr_touched: list[int] = []  # written by the merge under way
+        self._attr_touched: list[np.ndarray] = []  # written by the merge under way
         self._out = Column(np.int32)
         self._in = Column(np.int32)
         # Presence (window mode only; outside it every vertex touched so far is in the snapshot).
@@ -219,7 +220,7 @@ class GlobalGraph:
                     # A shard that names its whole state anew while the others go on (restored alone):
                     # the edges it omits are gone, so each of its live slots may change.
                     by_shard.setdefault(d.shard, []).append(np.flatnonzero(self._shards[d.shard].mult.view > 0))
-        slots = {sh: (s[0] if len(s) == 1 else np.unique(np.concatenate(s))) for sh, s in by_shard.items()}
+        slots = {sh: (s[0] if len(s) == 1 else unique(np.concatenate(s))) for sh, s in by_shard.items()}
         before = {}
         for sh, sl in slots.items():
             se = self._shards.setdefault(sh, _ShardEdges())
@@ -251,7 +252,7 @@ class GlobalGraph:
         edge and no attributes, which the degrees check once more. Their attributes go with them."""
         self._sync_columns()
         out, inn, has_attrs = self._out.view, self._in.view, self._has_attrs.view
-        for i in self.ids.give_back(epoch, watermark, lambda i: bool(out[i] or inn[i] or has_attrs[i])).tolist():
+        for i in self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | has_attrs[ids]).tolist():
             self.attrs.clear(i)
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:
@@ -277,13 +278,13 @@ class GlobalGraph:
             ids.view[delta.new_ids] = gids
             self.ids.hold(gids, 1, epoch)
         if len(delta.attr_ids):
+            # Tens of thousands a delta where every tweet rewrites its author: in bulk, not one by one.
             self._sync_columns()
-        for lid, attrs in zip(delta.attr_ids.tolist(), delta.attrs):
-            gid = int(se.local_to_global.view[lid])
-            raw = attrs if isinstance(attrs, bytes) else encode(attrs)
-            self.attrs.put(gid, raw)
-            self._has_attrs.view[gid] = not _no_attrs(raw)
-            self._attr_touched.append(gid)
+            gids = se.local_to_global.view[delta.attr_ids]
+            raws = [attrs if isinstance(attrs, bytes) else encode(attrs) for attrs in delta.attrs]
+            self.attrs.put_many(gids.tolist(), raws)
+            self._has_attrs.view[gids] = np.fromiter((not _no_attrs(raw) for raw in raws), dtype=bool, count=len(raws))
+            self._attr_touched.append(gids)
         if len(delta.e_slot):
             tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)
             se.grow(int(delta.e_slot.max()) + 1)
@@ -326,7 +327,7 @@ class GlobalGraph:
     def _update_presence(self, touched: np.ndarray) -> None:
         """Presence of the vertices a merge touched (their degrees moved, their attributes were written)
         and of the vertices new since the last merge; ``flips`` names the older ones that changed."""
-        attr_touched = np.asarray(self._attr_touched, dtype=np.int64)
+        attr_touched = np.concatenate(self._attr_touched).astype(np.int64) if self._attr_touched else np.zeros(0, np.int64)
         self._attr_touched = []
         if not self.windowed:
             return
@@ -334,7 +335,7 @@ class GlobalGraph:
         old = len(self._present)
         if old < self.n:
             self._present.extend(np.zeros(self.n - old, dtype=bool))
-        ids = np.unique(np.concatenate([touched, attr_touched, np.arange(old, self.n, dtype=np.int64)]))
+        ids = unique(np.concatenate([touched, attr_touched, np.arange(old, self.n, dtype=np.int64)]))
         now = (self._out.view[ids] > 0) | (self._in.view[ids] > 0) | self._has_attrs.view[ids]
         prev = self._present.view[ids]
         self._present_count += int(np.count_nonzero(now)) - int(np.count_nonzero(prev))

@@ -32,6 +32,7 @@ from typing import Callable
 import msgspec
 import numpy as np
 
+from ingest.arrays import unique
 from snapshots.growable import Column
 
 
@@ -58,11 +59,11 @@ class VertexIds:
         # The epoch being merged and its watermark (set by give_back, which runs first in each epoch).
         self._epoch, self._watermark = 0, float("-inf")
         # Per id, the shards mapping a local id to it, and the epoch that count fell to 0 (-1: held);
-        # the ids at 0 in that order as (epoch, its watermark, id) (stale entries are skipped), and the
-        # given-back ones.
+        # the ids at 0 in that order, in chunks (epoch, its watermark, ids) (stale ids are skipped), and
+        # the given-back ones.
         self._holders = Column(np.int32)
         self._gone_since = Column(np.int64)
-        self._waiting: collections.deque[tuple[int, float, int]] = collections.deque()
+        self._waiting: collections.deque[tuple[int, float, np.ndarray]] = collections.deque()
         self._free: list[int] = []  # a heap: reused lowest first
         # Names of existing ids that changed, as (epoch, its watermark, ids, names) (given back: "",
         # reused: the new name), for consumers' copies; changes at or below _renames_floor are no
@@ -100,14 +101,14 @@ class VertexIds:
             return
         if self.reuse_after is None:
             return  # nothing is given back: nothing waits
-        gone = np.unique(ids[self._holders.view[ids] == 0])
+        gone = unique(ids[self._holders.view[ids] == 0])
         self._wait(gone, epoch)
 
-    def give_back(self, epoch: int, watermark: float | None, busy: Callable[[int], bool]) -> np.ndarray:
+    def give_back(self, epoch: int, watermark: float | None, busy: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """Start merging ``epoch`` (its ``watermark``: None keeps the last one). The ids no shard has held
         since an epoch with a watermark ``reuse_after`` or more below this one are given back: their
         names leave the index, the ids go to the next new names. Ones a shard holds again, or that
-        ``busy`` says still have an edge or attributes, stay."""
+        ``busy`` (ids -> bool per id) says still have an edge or attributes, stay."""
         self._epoch = epoch
         if watermark is not None:
             self._watermark = max(self._watermark, float(watermark))
@@ -117,21 +118,24 @@ class VertexIds:
             # Restored from a checkpoint that kept no watermarks: those ids wait from this epoch on.
             self._waiting = collections.deque((e, self._watermark if math.isnan(w) else w, i) for e, w, i in self._waiting)
         bound = self._watermark - self.reuse_after
-        given: list[int] = []
+        due: list[np.ndarray] = []
         while self._waiting and self._waiting[0][1] <= bound:
-            since, _, i = self._waiting.popleft()
-            if self._gone_since.view[i] != since or busy(i):
-                continue
-            self._gone_since.view[i] = -1
-            name = self.names[i]
-            if self.index.get(name) == i:
-                del self.index[name]
-            self.names[i] = ""
-            heapq.heappush(self._free, i)
-            given.append(i)
-        out = np.array(given, dtype=np.int64)
-        if given:
-            self._renames.append((epoch, self._watermark, out, [""] * len(given)))
+            since, _, chunk = self._waiting.popleft()
+            due.append(chunk[self._gone_since.view[chunk] == since])  # not held again since
+        out = np.concatenate(due) if due else np.zeros(0, np.int64)
+        if len(out):
+            out = out[~busy(out)]
+        if len(out):
+            self._gone_since.view[out] = -1
+            names, index = self.names, self.index
+            for i in out.tolist():
+                name = names[i]
+                if index.get(name) == i:
+                    del index[name]
+                names[i] = ""
+            self._free.extend(out.tolist())
+            heapq.heapify(self._free)
+            self._renames.append((epoch, self._watermark, out, [""] * len(out)))
         # A consumer this far behind keeps no epoch whose names these would fix (its watermark is
         # reuse_after below this one): it is sent every name instead.
         while self._renames and self._renames[0][1] <= bound:
@@ -173,10 +177,11 @@ class VertexIds:
         (epoch and id, and the epoch's watermark; how many shards hold each id comes back with the
         shards' first deltas). The names go as one MessagePack array: a pickled list memoizes every
         string (ten times slower)."""
-        entries = [(e, w, i) for e, w, i in self._waiting if self._gone_since.view[i] == e]
-        waiting = np.array([(e, i) for e, _, i in entries], dtype=np.int64).reshape(-1, 2)
+        chunks = [(e, w, ids[self._gone_since.view[ids] == e]) for e, w, ids in self._waiting]
+        waiting = np.concatenate([np.stack([np.full(len(ids), e, np.int64), ids], axis=1) for e, _, ids in chunks] or [np.zeros((0, 2), np.int64)])
+        marks = np.concatenate([np.full(len(ids), w, np.float64) for _, w, ids in chunks] or [np.zeros(0)])
         return {"names": msgspec.msgpack.encode(self.names), "free": np.array(sorted(self._free), dtype=np.int64),
-                "waiting": waiting, "waiting_since": np.array([w for _, w, _ in entries], dtype=np.float64)}
+                "waiting": waiting, "waiting_since": marks}
 
     @classmethod
     def restore(cls, state: dict, reuse_after: float | None = None) -> "VertexIds":
@@ -190,17 +195,20 @@ class VertexIds:
         heapq.heapify(ids._free)
         waiting = np.asarray(state.get("waiting", np.zeros((0, 2), np.int64))).reshape(-1, 2)
         marks = np.asarray(state.get("waiting_since", np.full(len(waiting), np.nan)), dtype=np.float64)
-        for (since, i), mark in zip(waiting.tolist(), marks.tolist()):
-            ids._waiting.append((since, mark, i))
-            ids._gone_since.view[i] = since
+        if len(waiting):
+            # Saved in waiting order: each run of one epoch (and its watermark) is a chunk again.
+            starts = np.flatnonzero(np.r_[True, waiting[1:, 0] != waiting[:-1, 0]])
+            for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(waiting)]):
+                ids._waiting.append((int(waiting[a, 0]), float(marks[a]), waiting[a:b, 1].copy()))
+            ids._gone_since.view[waiting[:, 1]] = waiting[:, 0]
         ids._renames_floor = int(state.get("epoch", 0))
         return ids
 
     def _wait(self, ids: np.ndarray, epoch: int) -> None:
         """``ids`` (unique) are held by no shard from ``epoch`` on: they wait from its watermark."""
-        self._gone_since.view[ids] = epoch
-        mark = self._watermark
-        self._waiting.extend((epoch, mark, i) for i in ids.tolist())
+        if len(ids):
+            self._gone_since.view[ids] = epoch
+            self._waiting.append((epoch, self._watermark, np.asarray(ids, dtype=np.int64)))
 
     def _sync(self) -> None:
         n = len(self.names)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from compute.backend import Backend, numpy_backend
+from ingest.arrays import unique
 
 # Overlay entries are keyed by src << 32 | dst: vertex ids stay below 2**31.
 _KEY_SHIFT = np.int64(32)
@@ -130,7 +131,7 @@ class ResidentGraph:
         return self.be.sparse.csr_matrix((m.data, m.indices, indptr), shape=(n, n))
 
     def touched_rows(self, src) -> np.ndarray:
-        return np.unique(np.asarray(src, dtype=np.int64))
+        return unique(np.asarray(src, dtype=np.int64))
 
     def apply(self, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray) -> None:
         """Add ``dweight`` (host arrays, fixed-point units, repeats summed) to ``A[src, dst]``."""
@@ -149,7 +150,7 @@ class ResidentGraph:
         keep = summed != 0.0
         self._ov_keys, self._ov_vals = uniq[keep], summed[keep]
         np.add.at(self.out_weight, src, dweight)
-        rows = np.unique(src)
+        rows = unique(src)
         out = self.out_weight[rows]
         with np.errstate(divide="ignore"):
             inv_out = np.where(out > 0, 1.0 / out, 0.0)

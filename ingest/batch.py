@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ingest.arrays import unique
 from ingest.events import EdgeUpdate, Update, VertexUpdate
 
 # The Router's name table (and its memos) is dropped between rounds when it grows
@@ -193,7 +194,7 @@ class Router:
         latest: dict[str, float] = {}
         good = tx != -np.inf
         parts = (uniq >> 40)[good]
-        for pid in np.unique(parts).tolist():
+        for pid in unique(parts).tolist():
             latest[self.partitions[pid]] = float(tx[good][parts == pid].max())
         return latest, dropped
 
@@ -214,9 +215,9 @@ class Router:
             vi = v_order[v_bounds[s] : v_bounds[s + 1]]
             se = {name: col[ei] for name, col in e.items()}
             sv = {name: col[vi] for name, col in v.items()}
-            used = np.unique(np.concatenate([se["src"], se["dst"], sv["id"]]))
-            parts = np.unique(np.concatenate([se["part"], sv["part"]]))
-            types = np.unique(se["type"])
+            used = unique(np.concatenate([se["src"], se["dst"], sv["id"]]))
+            parts = unique(np.concatenate([se["part"], sv["part"]]))
+            types = unique(se["type"])
             out.append(
                 ShardBatch(
                     partitions=[self.partitions[i] for i in parts.tolist()],

@@ -67,6 +67,20 @@ class AttrTable:
         self._grow(i + 1)
         self._values[i] = raw
 
+    def put_many(self, ids: list[int], raws: list[bytes]) -> None:
+        """:meth:`put` for each pair in order (the last write of an id holds)."""
+        if not ids:
+            return
+        self._grow(max(ids) + 1)
+        values, shared = self._values, self._shared
+        for i, raw in zip(ids, raws):
+            if len(raw) < SHARE_BELOW:
+                got = shared.get(raw)
+                if got is None and len(shared) < SHARE_MAX:
+                    got = shared[raw] = raw
+                raw = got or raw
+            values[i] = raw
+
     def raw(self, i: int) -> bytes | None:
         return self._values[i] if i < len(self._values) else None
 

@@ -36,6 +36,7 @@ import time
 import numpy as np
 import ray
 
+from ingest.arrays import unique
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
@@ -267,7 +268,7 @@ class EpochCoordinator:
         for s in summaries:
             for p, offsets in s.late.items():
                 by_part.setdefault(p, []).append(offsets)
-        late = sum(len(np.unique(np.concatenate(o))) for o in by_part.values())
+        late = sum(len(unique(np.concatenate(o))) for o in by_part.values())
         self._late += late
         return late
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ingest.arrays import unique
 from snapshots.growable import Column
 
 # The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
@@ -100,7 +101,7 @@ class EdgeTable:
         their keys leave the index. Only the window frees slots: without one an edge is forever."""
         if not len(slots):
             return
-        slots = np.unique(slots.astype(np.int64))
+        slots = unique(slots.astype(np.int64))
         keys = edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots])
         pos = np.searchsorted(self._keys, keys)
         self._keys = np.delete(self._keys, pos)

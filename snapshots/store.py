@@ -22,6 +22,7 @@ from typing import cast
 
 import numpy as np
 
+from ingest.arrays import unique
 from ingest.batch import ShardBatch
 from snapshots.attrs import AttrTable, Stamps, decode, encode
 from snapshots.delta import EpochDelta, ShardSummary
@@ -108,7 +109,7 @@ class ShardStore:
         for pi, name in enumerate(batch.partitions):
             buf = self._buffers.setdefault(name, _PartitionBuffer())
             em, vm = e_part == pi, v_part == pi
-            offs = np.unique(np.concatenate([e_off[em], v_off[vm]]))
+            offs = unique(np.concatenate([e_off[em], v_off[vm]]))
             fresh = offs[offs >= self.applied.get(name, 0)]
             if len(buf.offsets) and len(fresh) and fresh[0] <= buf.offsets[-1]:
                 fresh = fresh[~np.isin(fresh, buf.offsets)]
@@ -161,11 +162,11 @@ class ShardStore:
             src = dst = np.zeros(0, dtype=np.int32)
             touched = np.zeros(0, dtype=np.int64)
         if len(expired):
-            touched = np.unique(np.concatenate([touched, expired]))
+            touched = unique(np.concatenate([touched, expired]))
 
         winners, partition_names, n_vertex_rows = _last_writers(vertex_parts)
         vids = np.concatenate([t[1] for _, t in vertex_parts]) if vertex_parts else np.zeros(0, dtype=np.int32)
-        touched_v = np.unique(np.concatenate([src, dst, vids]))
+        touched_v = unique(np.concatenate([src, dst, vids]))
         newly = touched_v[~self.exists.view[touched_v]]
         self.exists.view[newly] = True
         full = self._resend_all
@@ -287,8 +288,8 @@ class ShardStore:
         np.add.at(e.mult.view, slots, -sign.astype(np.int64))
         np.add.at(e.weight.view, slots, -dw)
         self._count_rows(slots, sign, -1)
-        touched = np.unique(slots)
-        first_gone = np.unique(slots[sign > 0])
+        touched = unique(slots)
+        first_gone = unique(slots[sign > 0])
         first_gone = first_gone[e.first_ts.view[first_gone] <= bound]
         e.first_ts.view[first_gone] = np.inf
         still = first_gone[self._adds.view[first_gone] > 0]
@@ -300,7 +301,7 @@ class ShardStore:
         """Vertices whose winning attribute write left the window lose their attributes."""
         assert self._writes is not None
         _, vids, _, _ = self._writes.expire(bound)
-        vids = np.unique(vids)
+        vids = unique(vids)
         if not len(vids):
             return set()
         stamps = self._stamps
@@ -364,7 +365,7 @@ class ShardStore:
         e = self.edges
         live = e.mult.view > 0
         with_attrs = np.array(self.attrs.ids(), dtype=np.int64)
-        return np.unique(np.concatenate([e.src.view[live], e.dst.view[live], with_attrs]).astype(np.int64))
+        return unique(np.concatenate([e.src.view[live], e.dst.view[live], with_attrs]).astype(np.int64))
 
     # -- checkpoints --------------------------------------------------------
     def state(self) -> bytes:

@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from ingest.arrays import unique
+
 # Buckets per window: the bound splits one of them per epoch (a sort of ~1/32 of the window's
 # contributions), and a lookup of the earliest adds visits them oldest first.
 BUCKETS_PER_WINDOW = 32
@@ -165,4 +167,4 @@ def drop_late(edge_parts: list, vertex_parts: list, bound: float) -> tuple[list,
             if len(cols[0]):
                 kept.append((name, cols))
         out.append(kept)
-    return out[0], out[1], {p: np.unique(np.concatenate(o)) for p, o in late.items()}
+    return out[0], out[1], {p: unique(np.concatenate(o)) for p, o in late.items()}

@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from compute.exceptions import ComputeError
 from compute.graph import EdgeChanges, GlobalGraph
+from ingest.arrays import unique
 from snapshots.growable import Column
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,7 @@ class RowTable:
 
     def remove(self, rows: np.ndarray, cols: np.ndarray) -> None:
         """Drop entries (those not there are ignored)."""
-        keys = np.unique(pack(rows, cols))
+        keys = unique(pack(rows, cols))
         self.assign(keys, np.zeros(len(keys), dtype=bool), {k: np.zeros(len(keys), dt) for k, dt in self.dtypes.items()})
 
     def compact(self) -> None:

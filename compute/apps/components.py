@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from compute.apps.base import AppDelta, AppGraph, Application, AppResult
+from ingest.arrays import unique
 
 # Components reported per epoch, largest first: /v1/components?k= is bounded by it.
 TOP_COMPONENTS = 1000
@@ -76,7 +77,7 @@ class Components(Application):
         ds, dd = delta.deleted()
         if len(ds):
             # Only the components that lost an edge can split: re-solve their vertices on the induced subgraph.
-            hit = np.unique(labels[np.concatenate([ds, dd])])
+            hit = unique(labels[np.concatenate([ds, dd])])
             members = np.flatnonzero(np.isin(labels, hit))
             local = np.full(n, -1, dtype=np.int64)
             local[members] = np.arange(len(members))
@@ -90,7 +91,7 @@ class Components(Application):
             join = ls != ld
             if join.any():
                 ls, ld = ls[join], ld[join]
-                touched = np.unique(np.concatenate([ls, ld]))
+                touched = unique(np.concatenate([ls, ld]))
                 pos = np.searchsorted(touched, ls), np.searchsorted(touched, ld)
                 merged = _min_labels(len(touched), pos[0], pos[1], touched)
                 lookup = np.arange(n, dtype=np.int64)

@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from compute.apps.base import AppDelta, AppGraph, Application, AppResult, expand
+from ingest.arrays import unique
 
 TAGS = "tags"
 MENTIONS = "mentions"
@@ -182,7 +183,7 @@ def _exposure_histogram(mentions: sp.csr_matrix, adoptions: sp.csr_matrix, level
     cum = np.cumsum(bound[users])
     # Chunk c takes the users whose running bound falls in [c * budget, (c + 1) * budget).
     cuts = np.searchsorted(cum, np.arange(COUNT_CHUNK_PAIRS, int(cum[-1]), COUNT_CHUNK_PAIRS), side="right")
-    for chunk in np.split(users, np.unique(cuts)):
+    for chunk in np.split(users, unique(cuts)):
         if not len(chunk):
             continue
         x = mentions[chunk] @ adoptions
@@ -194,7 +195,7 @@ def _unstamped(state: ExposureState, users: np.ndarray, tags: np.ndarray) -> Exp
     """``state`` without the stamps of the (user, tag) pairs given (those not stamped are ignored)."""
     if not len(users) or not len(state.keys):
         return state
-    keys = np.unique(_pack(users, tags))
+    keys = unique(_pack(users, tags))
     pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
     drop = pos[state.keys[pos] == keys]
     if not len(drop):
@@ -254,7 +255,7 @@ class Exposure(Application):
         """Stamp the (user, tag) pairs not stamped yet with this epoch and the user's last tweet time."""
         if not len(users):
             return state
-        keys = np.unique(_pack(users, tags))
+        keys = unique(_pack(users, tags))
         if len(state.keys):
             pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
             keys = keys[state.keys[pos] != keys]
@@ -317,8 +318,8 @@ class Exposure(Application):
         affected = [tag_dst]
         if len(m_dst):
             # The hashtags of the users whose mentioners changed, read from their rows of the tags edges.
-            affected.append(graph.typed_neighbors(TAGS, np.unique(m_dst)))
-        self._pending.update(np.unique(np.concatenate(affected)).tolist())
+            affected.append(graph.typed_neighbors(TAGS, unique(m_dst)))
+        self._pending.update(unique(np.concatenate(affected)).tolist())
         if self._pool is None:
             if not self._pending:
                 return state

@@ -33,6 +33,7 @@ from typing import ClassVar
 import numpy as np
 
 from compute.apps.base import INF, AppDelta, AppGraph, Application, AppResult, Neighbors
+from ingest.arrays import unique
 
 # Published distances are uint16; a hop count this large (or INF) reads as unreachable.
 UNREACHABLE = np.uint16(65535)
@@ -65,7 +66,7 @@ def _distinct(vertices: np.ndarray, dist: np.ndarray, level: int) -> np.ndarray:
     """The distinct ``vertices``, all just set to ``dist == level`` (sorted)."""
     if len(vertices) > _SCAN_SHARE * len(dist):
         return np.flatnonzero(dist == level)
-    return np.unique(vertices)
+    return unique(vertices)
 
 
 def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
@@ -75,7 +76,7 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
         return
     seeds, seed_dist = seeds[better], seed_dist[better]
     np.minimum.at(dist, seeds, seed_dist.astype(np.int32))
-    frontier = np.unique(seeds)
+    frontier = unique(seeds)
     while len(frontier):
         nbrs, owner = adj.neighbors(frontier)
         cand = dist[frontier][owner] + 1
@@ -84,7 +85,7 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
             break
         nbrs, cand = nbrs[improves], cand[improves]
         np.minimum.at(dist, nbrs, cand.astype(np.int32))
-        frontier = np.unique(nbrs)
+        frontier = unique(nbrs)
 
 
 def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray) -> int:
@@ -95,18 +96,18 @@ def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarr
     Levels are settled nearest first, so a vertex's predecessors one hop nearer are final when it is
     looked at: it keeps its distance exactly when one of them kept its own (by induction on the
     distance, every vertex that kept a supporting predecessor is still at its old distance)."""
-    cand = np.unique(suspects)
+    cand = unique(suspects)
     cand = cand[(dist[cand] > 0) & (dist[cand] < INF)]  # the landmark itself and the unreachable never lose
     if not len(cand):
         return 0
     detached = np.zeros(len(dist), dtype=bool)
     pending: dict[int, list[np.ndarray]] = {}
-    for level in np.unique(dist[cand]).tolist():
+    for level in unique(dist[cand]).tolist():
         pending[level] = [cand[dist[cand] == level]]
     lost_all = []
     while pending:
         level = min(pending)
-        c = np.unique(np.concatenate(pending.pop(level)))
+        c = unique(np.concatenate(pending.pop(level)))
         c = c[~detached[c]]
         if not len(c):
             continue
@@ -289,7 +290,7 @@ def descend(start: int, dist_of: Callable[[np.ndarray], np.ndarray], neighbors: 
     cur = start
     d = int(dist_of(np.array([cur]))[0])
     while d > 0:
-        nb = np.unique(neighbors(cur))
+        nb = unique(neighbors(cur))
         closer = nb[dist_of(nb) == d - 1] if len(nb) else nb
         if not len(closer):
             raise ValueError(f"no neighbor of {cur} is {d - 1} hops from the landmark")

@@ -141,7 +141,7 @@ def test_the_delay_is_event_time_however_many_epochs_it_takes():
     go: a stalled watermark keeps it however many epochs are cut, and a checkpoint keeps the wait. One
     from a checkpoint without watermarks (written before the delay was event time) waits from the first
     epoch after the restore."""
-    never = lambda i: False  # noqa: E731 - nothing is busy here
+    never = lambda ids: np.zeros(len(ids), bool)  # noqa: E731 - nothing is busy here
     ids = VertexIds(reuse_after=5.0)
     ids.give_back(1, 10.0, never)
     ids.name(["a", "b", "c"], 1)
