@@ -56,8 +56,8 @@ class VertexIds:
         self.names: list[str] = []  # by id; "" for an id given back and not reused yet
         self.index: dict[str, int] = {}
         self.reuse_after = float(reuse_after) if reuse_after else None
-        # The epoch being merged and its watermark (set by give_back, which runs first in each epoch).
-        self._epoch, self._watermark = 0, float("-inf")
+        # The watermark of the epoch being merged (set by give_back, which runs first in each epoch).
+        self._watermark = float("-inf")
         # Per id, the shards mapping a local id to it, and the epoch that count fell to 0 (-1: held);
         # the ids at 0 in that order, in chunks (epoch, its watermark, ids) (stale ids are skipped), and
         # the given-back ones.
@@ -109,7 +109,6 @@ class VertexIds:
         since an epoch with a watermark ``reuse_after`` or more below this one are given back: their
         names leave the index, the ids go to the next new names. Ones a shard holds again, or that
         ``busy`` (ids -> bool per id) says still have an edge or attributes, stay."""
-        self._epoch = epoch
         if watermark is not None:
             self._watermark = max(self._watermark, float(watermark))
         if self.reuse_after is None:
@@ -122,7 +121,8 @@ class VertexIds:
         while self._waiting and self._waiting[0][1] <= bound:
             since, _, chunk = self._waiting.popleft()
             due.append(chunk[self._gone_since.view[chunk] == since])  # not held again since
-        out = np.concatenate(due) if due else np.zeros(0, np.int64)
+        # unique: an id can wait in two chunks of one epoch (let go, held again, let go in one merge).
+        out = unique(np.concatenate(due)) if due else np.zeros(0, np.int64)
         if len(out):
             out = out[~busy(out)]
         if len(out):

@@ -191,3 +191,19 @@ def test_one_shard_restored_alone_keeps_the_ids_of_a_run_without_it():
     assert len(names[40]) < 40 * 2 * PER_EPOCH / 2  # ids were reused after the restart too
     assert all(np.array_equal(a, b) for a, b in zip(g.degrees(), steady.degrees()))
     assert np.array_equal(g.present(), steady.present()) and g.live_edges() == steady.live_edges()
+
+
+def test_an_id_let_go_twice_in_one_epoch_is_given_back_once():
+    """Let go, held again and let go within one merge (a shard's full delta that also releases): the id
+    waits twice, but is given back once, so no two new names ever share it."""
+    never = lambda ids: np.zeros(len(ids), bool)  # noqa: E731 - nothing is busy here
+    ids = VertexIds(reuse_after=5.0)
+    ids.give_back(1, 0.0, never)
+    ids.name(["a", "b"], 1)
+    ids.hold(np.array([0, 1]), 1, 1)
+    ids.give_back(2, 1.0, never)
+    for delta in (-1, 1, -1):
+        ids.hold(np.array([0]), delta, 2)
+    assert ids.give_back(3, 6.0, never).tolist() == [0]
+    ids.name(["c", "d"], 3)
+    assert ids.names == ["c", "b", "d"] and ids.index == {"b": 1, "c": 0, "d": 2}
