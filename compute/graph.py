@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from compute.ids import NameChanges, VertexIds
 from ingest.arrays import unique
-from snapshots.attrs import AttrTable, encode
+from snapshots.attrs import AttrTable, encode, has_attrs
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
 
@@ -93,11 +93,6 @@ class _ShardEdges:
             self.src.view[slots], self.dst.view[slots], self.etype.view[slots],
             self.mult.view[slots], self.weight.view[slots], self.first_ts.view[slots],
         )
-
-
-def _no_attrs(raw: bytes | None) -> bool:
-    """No attributes: never written, or written as ``null`` (a window's expiry of the write)."""
-    return raw is None or raw == b"null"
 
 
 class GlobalGraph:
@@ -283,7 +278,7 @@ class GlobalGraph:
             gids = se.local_to_global.view[delta.attr_ids]
             raws = [attrs if isinstance(attrs, bytes) else encode(attrs) for attrs in delta.attrs]
             self.attrs.put_many(gids.tolist(), raws)
-            self._has_attrs.view[gids] = np.fromiter((not _no_attrs(raw) for raw in raws), dtype=bool, count=len(raws))
+            self._has_attrs.view[gids] = np.fromiter((has_attrs(raw) for raw in raws), dtype=bool, count=len(raws))
             self._attr_touched.append(gids)
         if len(delta.e_slot):
             tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)

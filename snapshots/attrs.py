@@ -46,6 +46,11 @@ def decode(raw: bytes | None) -> dict | None:
         return json.loads(raw)
 
 
+def has_attrs(raw: bytes | None) -> bool:
+    """Attributes were written and are there: not never written, not ``null`` (a window's expiry of the write)."""
+    return raw is not None and raw != b"null"
+
+
 class AttrTable:
     """Encoded attributes by vertex id (``None``: never written)."""
 
