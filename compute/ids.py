@@ -65,11 +65,12 @@ class VertexIds:
         self._gone_since = Column(np.int64)
         self._waiting: collections.deque[tuple[int, float, np.ndarray]] = collections.deque()
         self._free: list[int] = []  # a heap: reused lowest first
-        # Names of existing ids that changed, as (epoch, its watermark, ids, names) (given back: "",
-        # reused: the new name), for consumers' copies; changes at or below _renames_floor are no
-        # longer kept.
-        self._renames: collections.deque[tuple[int, float, np.ndarray, list[str]]] = collections.deque()
+        # Names of existing ids that changed, as (epoch, ids, names) (given back: "", reused: the new
+        # name), for consumers' copies, until the consumer has them (forget_renames) or they outnumber
+        # the ids (then every name is no more to send); changes at or below _renames_floor are gone.
+        self._renames: collections.deque[tuple[int, np.ndarray, list[str]]] = collections.deque()
         self._renames_floor = 0
+        self._renamed = 0  # entries in _renames
 
     def __len__(self) -> int:
         return len(self.names)
@@ -87,7 +88,7 @@ class VertexIds:
                 self.names.append(name)
             self.index[name] = i
         if reused:
-            self._renames.append((epoch, self._watermark, np.array(reused, dtype=np.int64), [self.names[i] for i in reused]))
+            self._log_renames(epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused])
 
     def hold(self, ids: np.ndarray, delta: int, epoch: int) -> None:
         """``delta`` (+1/-1) more shards hold each of ``ids`` (repeats count); ids no shard holds any
@@ -135,11 +136,7 @@ class VertexIds:
                 names[i] = ""
             self._free.extend(out.tolist())
             heapq.heapify(self._free)
-            self._renames.append((epoch, self._watermark, out, [""] * len(out)))
-        # A consumer this far behind keeps no epoch whose names these would fix (its watermark is
-        # reuse_after below this one): it is sent every name instead.
-        while self._renames and self._renames[0][1] <= bound:
-            self._renames_floor = self._renames.popleft()[0]
+            self._log_renames(epoch, out, [""] * len(out))
         return out
 
     def restored_holders(self, epoch: int) -> None:
@@ -159,7 +156,7 @@ class VertexIds:
         copy equal to :attr:`names` now."""
         if after < self._renames_floor:
             return NameChanges(0, list(self.names))
-        newer = [(e_ids, e_names) for epoch, _, e_ids, e_names in self._renames if epoch > after]
+        newer = [(e_ids, e_names) for epoch, e_ids, e_names in self._renames if epoch > after]
         if not newer:
             return NameChanges(known, self.names[known:])
         ids = np.concatenate([e_ids for e_ids, _ in newer])
@@ -170,7 +167,22 @@ class VertexIds:
     def forget_renames(self, upto: int) -> None:
         """The consumer has the names as of epoch ``upto``: the changes up to it need not be kept."""
         while self._renames and self._renames[0][0] <= upto:
-            self._renames_floor = self._renames.popleft()[0]
+            self._drop_oldest_renames()
+
+    def _log_renames(self, epoch: int, ids: np.ndarray, names: list[str]) -> None:
+        # Kept for a consumer however far behind it is, but no more of them than there are ids: past
+        # that, sending every name is cheaper (a bound on memory where no consumer pulls). Not bound by
+        # the reuse delay: a consumer that pulls less often than the delay would get every name at
+        # every pull.
+        self._renames.append((epoch, ids, names))
+        self._renamed += len(ids)
+        while self._renamed > len(self.names):
+            self._drop_oldest_renames()
+
+    def _drop_oldest_renames(self) -> None:
+        epoch, ids, _ = self._renames.popleft()
+        self._renames_floor = epoch
+        self._renamed -= len(ids)
 
     def state(self) -> dict:
         """What a checkpoint keeps: the names in id order, the given-back ids and those waiting to be

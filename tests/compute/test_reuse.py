@@ -159,10 +159,15 @@ def test_the_delay_is_event_time_however_many_epochs_it_takes():
     old = VertexIds.restore(legacy, 5.0)
     assert not len(old.give_back(30, 14.0, never)) and not len(old.give_back(31, 18.5, never))
     assert old.give_back(32, 19.0, never).tolist() == [0, 1]
-    # The names a late consumer needs are kept as long as the delay too.
+    # A late consumer gets the renames since its epoch however far behind it is (the delay does not
+    # bound them: a consumer pulling less often would get every name each time), while they are
+    # fewer than the ids.
+    ids.give_back(40, 200.0, never)
     assert ids.name_changes(29, 3).ids.tolist() == [0, 1]
-    ids.give_back(40, 20.0, never)
-    assert ids.name_changes(29, 3).start == 0  # too far behind: every name
+    ids.name(["d", "e"], 41)  # reuses 0 and 1: four renames for three ids
+    late = ids.name_changes(29, 3)
+    assert late.start == 0 and late.names == ["d", "e", "c"]
+    assert ids.name_changes(31, 3).ids.tolist() == [0, 1] and ids.name_changes(31, 3).renamed == ["d", "e"]
 
 
 def test_one_shard_restored_alone_keeps_the_ids_of_a_run_without_it():
