@@ -246,8 +246,8 @@ class GlobalGraph:
         """Give back the ids whose wait is over (:meth:`VertexIds.give_back`); held by no shard means no
         edge and no attributes, which the degrees check once more. Their attributes go with them."""
         self._sync_columns()
-        out, inn, has_attrs = self._out.view, self._in.view, self._has_attrs.view
-        for i in self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | has_attrs[ids]).tolist():
+        out, inn, with_attrs = self._out.view, self._in.view, self._has_attrs.view
+        for i in self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | with_attrs[ids]).tolist():
             self.attrs.clear(i)
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:
