@@ -62,29 +62,28 @@ class AttrTable:
         if n > len(self._values):
             self._values.extend([None] * (n - len(self._values)))
 
-    def put(self, i: int, raw: bytes) -> None:
-        """Set the encoded attributes of vertex ``i``."""
+    def _kept(self, raw: bytes) -> bytes:
+        """The object to keep for ``raw``: a small encoding that repeats is one shared object."""
         if len(raw) < SHARE_BELOW:
             got = self._shared.get(raw)
             if got is None and len(self._shared) < SHARE_MAX:
                 got = self._shared[raw] = raw
-            raw = got or raw
+            return got or raw
+        return raw
+
+    def put(self, i: int, raw: bytes) -> None:
+        """Set the encoded attributes of vertex ``i``."""
         self._grow(i + 1)
-        self._values[i] = raw
+        self._values[i] = self._kept(raw)
 
     def put_many(self, ids: list[int], raws: list[bytes]) -> None:
-        """:meth:`put` for each pair in order (the last write of an id holds)."""
+        """:meth:`put` for each pair in order (the last write of an id holds), growing the table once."""
         if not ids:
             return
         self._grow(max(ids) + 1)
-        values, shared = self._values, self._shared
+        values, kept = self._values, self._kept
         for i, raw in zip(ids, raws):
-            if len(raw) < SHARE_BELOW:
-                got = shared.get(raw)
-                if got is None and len(shared) < SHARE_MAX:
-                    got = shared[raw] = raw
-                raw = got or raw
-            values[i] = raw
+            values[i] = kept(raw)
 
     def raw(self, i: int) -> bytes | None:
         return self._values[i] if i < len(self._values) else None
