@@ -37,7 +37,7 @@ from bench.machine import describe as machine
 from compute.apps.runner import AppConfig
 from compute.engine import RankConfig
 from compute.stage import ComputeStage, SealedEpoch
-from pulsegraph.settings import parse_duration
+from pulsegraph.settings import Settings, parse_duration
 from snapshots.epoch import EpochInfo
 
 
@@ -217,7 +217,7 @@ def main() -> int:
     rep.add_argument("--rebuild-apps", action="store_true", help="build the applications' adjacency from the graph every epoch")
     rep.add_argument("--check-apps", action="store_true",
                      help="run a stage that rebuilds the applications' adjacency every epoch beside, and compare")
-    rep.add_argument("--id-reuse-after", type=parse_duration, default=120.0,
+    rep.add_argument("--id-reuse-after", type=parse_duration, default=Settings.model_fields["id_reuse_after"].default,
                      help="with a recorded window: event time before a vertex's id is reused, as the service's (0: never)")
     rep.add_argument("--epochs", type=int, default=0, help="stop after this many ranked epochs (0: all)")
     args = ap.parse_args()
