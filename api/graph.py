@@ -18,13 +18,15 @@ Layout (all NumPy, no Python object per edge):
   (int64): the state as of the newest applied epoch, and the last epoch that
   changed it (int64). 36 bytes per edge.
 * **Key index.** The edge key packed into one uint64 (src 26 bits, dst 26 bits,
-  type 12 bits), kept sorted together with its slot, so a batch of changes finds
-  its slots with one ``searchsorted``; new keys are merged in with a stable sort,
-  which on two sorted runs is a linear merge. 16 bytes per edge.
-* **Adjacency.** Slots sorted by ``src`` and by ``dst`` (int32 each), merged the
-  same way, so the out- or in-edges of a vertex are one ``searchsorted`` range.
+  type 12 bits) with its slot, in a :class:`~ingest.keyindex.KeyIndex`: a batch
+  of changes finds its slots with a ``searchsorted`` per run, and the new and
+  freed edges cost what they are, not a copy of the index (which, as one sorted
+  array, made every epoch's work and transient memory grow with the graph).
+  17 bytes per edge.
+* **Adjacency.** ``src << 32 | slot`` and ``dst << 32 | slot`` in two more
+  (value-less) key indexes, so the out- or in-edges of a vertex are one range.
   A slot is freed only once no retained epoch sees its edge live, so the edges
-  of a vertex as of a retained epoch are a subset of its slots now. 24 bytes
+  of a vertex as of a retained epoch are a subset of its slots now. 18 bytes
   per edge.
 * **Undo records.** Per retained epoch, the slots it changed (sorted) and their
   state *before* it (once the epoch is cold, read from its result archive file,
@@ -47,7 +49,9 @@ import numpy as np
 
 from api.exceptions import NotFound
 from compute.graph import EdgeChanges
+from ingest.keyindex import KeyIndex
 from pulsegraph.errors import PulsegraphError
+from snapshots.growable import Column
 
 log = logging.getLogger(__name__)
 
@@ -68,33 +72,9 @@ def pack(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
     return (s << np.uint64(_ID_BITS + _TYPE_BITS)) | (d << np.uint64(_TYPE_BITS)) | t
 
 
-class _Grow:
-    """A NumPy array that grows by doubling; ``view`` is the filled part."""
-
-    def __init__(self, dtype) -> None:
-        self._a = np.zeros(1024, dtype=dtype)
-        self.n = 0
-
-    @property
-    def view(self) -> np.ndarray:
-        return self._a[: self.n]
-
-    def append(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self._a):
-            a = np.zeros(max(need, 2 * len(self._a)), dtype=self._a.dtype)
-            a[: self.n] = self._a[: self.n]
-            self._a = a
-        self._a[self.n : need] = values
-        self.n = need
-
-
-def _merge_sorted(keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray):
-    """Merge (new_keys, new_vals) into sorted (keys, vals); timsort sees two runs and merges them in linear time."""
-    k = np.concatenate([keys, new_keys])
-    v = np.concatenate([vals, new_vals])
-    order = np.argsort(k, kind="stable")
-    return k[order], v[order]
+def _adjacent(ends: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The adjacency key of each (vertex at one end, slot): the vertex's edges are one range of keys."""
+    return (ends.astype(np.uint64) << np.uint64(32)) | slots.astype(np.uint64)
 
 
 @dataclass
@@ -118,17 +98,16 @@ class GraphHistory:
 
     def __init__(self, retain: int = 120) -> None:
         self.retain = retain
-        self.src = _Grow(np.int32)
-        self.dst = _Grow(np.int32)
-        self.etype = _Grow(np.int16)
-        self.mult = _Grow(np.int64)
-        self.weight = _Grow(np.int64)
-        self.changed = _Grow(np.int64)  # per slot: the last epoch that changed it
+        self.src = Column(np.int32)
+        self.dst = Column(np.int32)
+        self.etype = Column(np.int16)
+        self.mult = Column(np.int64)
+        self.weight = Column(np.int64)
+        self.changed = Column(np.int64)  # per slot: the last epoch that changed it
         self._free = np.zeros(0, np.int64)  # freed slots (sorted), taken by new edges first
-        self._keys = np.zeros(0, np.uint64)
-        self._key_slots = np.zeros(0, np.int64)
-        self._by_src = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # (sorted src, slot)
-        self._by_dst = (np.zeros(0, np.int32), np.zeros(0, np.int64))
+        self._keys = KeyIndex()  # edge key -> slot
+        self._by_src = KeyIndex(values=False)  # src << 32 | slot
+        self._by_dst = KeyIndex(values=False)
         self._undo: collections.deque[_Undo] = collections.deque()
         self.epoch = 0
         self._first = 0  # the first epoch applied: nothing before it can be rebuilt (0: none yet)
@@ -140,19 +119,19 @@ class GraphHistory:
     @property
     def slots(self) -> int:
         """Slots in use or free: the length of the per-slot columns."""
-        return self.src.n
+        return len(self.src)
 
     @property
     def held(self) -> int:
         """Slots that hold an edge (not free)."""
-        return self.src.n - len(self._free)
+        return len(self.src) - len(self._free)
 
     @property
     def nbytes(self) -> int:
         cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.changed)
-        index = (self._keys, self._key_slots, *self._by_src, *self._by_dst, self._free)
+        index = (self._keys, self._by_src, self._by_dst)
         undo = sum(u.slots.nbytes + u.mult.nbytes + u.weight.nbytes for u in self._undo)
-        return sum(c._a.nbytes for c in cols) + sum(a.nbytes for a in index) + undo
+        return sum(c.nbytes for c in cols) + sum(i.nbytes for i in index) + self._free.nbytes + undo
 
     def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False, since: int | None = None) -> None:
         """Apply one epoch's changes; epochs must come in increasing order (older or repeated ones are ignored).
@@ -181,12 +160,8 @@ class GraphHistory:
             idx = len(ch) - 1 - first
             src, dst, et = ch.src[idx], ch.dst[idx], ch.etype[idx]
             mult, weight = ch.mult[idx], ch.weight[idx]
-            pos = np.searchsorted(self._keys, keys)
-            pos_c = np.minimum(pos, max(len(self._keys) - 1, 0))
-            known = (pos < len(self._keys)) & (self._keys[pos_c] == keys) if len(self._keys) else np.zeros(len(keys), bool)
-            slots = np.empty(len(keys), np.int64)
-            slots[known] = self._key_slots[pos_c[known]]
-            fresh = ~known
+            slots = self._keys.get(keys)
+            fresh = slots < 0
             n_new = int(fresh.sum())
             reused, self._free = self._free[:n_new], self._free[n_new:]
             base = self.slots
@@ -198,12 +173,12 @@ class GraphHistory:
                 # exactly that as the new edge's state before this epoch.
                 for col, values in ((self.src, src[fresh]), (self.dst, dst[fresh]), (self.etype, et[fresh])):
                     col.view[reused] = values[:k]
-                    col.append(values[k:])
+                    col.extend(values[k:])
                 for col in (self.mult, self.weight, self.changed):
-                    col.append(np.zeros(n_new - k, np.int64))
-                self._keys, self._key_slots = _merge_sorted(self._keys, self._key_slots, keys[fresh], new_slots)
-                self._by_src = _merge_sorted(*self._by_src, src[fresh].astype(np.int32), new_slots)
-                self._by_dst = _merge_sorted(*self._by_dst, dst[fresh].astype(np.int32), new_slots)
+                    col.extend(np.zeros(n_new - k, np.int64))
+                self._keys.put(keys[fresh], new_slots)
+                self._by_src.put(_adjacent(src[fresh], new_slots))
+                self._by_dst.put(_adjacent(dst[fresh], new_slots))
             if full:
                 gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
                 slots = np.concatenate([slots, gone])
@@ -262,14 +237,10 @@ class GraphHistory:
         s = s[(self.changed.view[s] == dropped.epoch) & (self.mult.view[s] == 0) & (self.weight.view[s] == 0)]
         if not len(s):
             return
-        gone = np.zeros(self.slots, dtype=bool)
-        gone[s] = True
-        keep = ~gone[self._key_slots]
-        self._keys, self._key_slots = self._keys[keep], self._key_slots[keep]
-        for side in ("_by_src", "_by_dst"):
-            ends, slots = getattr(self, side)
-            keep = ~gone[slots]
-            setattr(self, side, (ends[keep], slots[keep]))
+        src, dst = self.src.view[s], self.dst.view[s]
+        self._keys.discard(pack(src, dst, self.etype.view[s]))
+        self._by_src.discard(_adjacent(src, s))
+        self._by_dst.discard(_adjacent(dst, s))
         self._free = np.union1d(self._free, s)
 
     @property
@@ -302,9 +273,9 @@ class GraphHistory:
         with self._lock:
             if epoch is not None:
                 self._require(epoch)
-            keys, slots = self._by_src if direction == "out" else self._by_dst
-            lo, hi = np.searchsorted(keys, [vertex, vertex + 1])
-            cand = np.sort(slots[lo:hi])
+            index = self._by_src if direction == "out" else self._by_dst
+            keys, _ = index.range(vertex << 32, (vertex + 1) << 32)
+            cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)  # one vertex: sorted by slot
             mult = self.mult.view[cand].copy()
             weight = self.weight.view[cand].copy()
             if epoch is not None and epoch < self.epoch:

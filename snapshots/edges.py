@@ -1,7 +1,8 @@
 """A shard's edges: append-only slots of (src, dst, type) with a signed multiplicity and a weight sum.
 
-Owns the packed edge key and the sorted index over it, and the slots a sliding window gives back
-(released slots are taken by new edges first). :mod:`snapshots.store` builds a shard on it.
+Owns the packed edge key and the index over it (a :class:`~ingest.keyindex.KeyIndex`: an epoch's
+new and released edges cost what they are, not a copy of the index), and the slots a sliding window
+gives back (released slots are taken by new edges first). :mod:`snapshots.store` builds a shard on it.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ingest.arrays import unique
+from ingest.keyindex import KeyIndex
 from snapshots.growable import Column
 
 # The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
-# index is one sorted integer array: 67M local vertices and 4096 edge types per shard.
+# index holds integers: 67M local vertices and 4096 edge types per shard.
 SRC_SHIFT = np.uint64(38)
 DST_SHIFT = np.uint64(12)
 MAX_VERTICES = 1 << 26
@@ -25,7 +27,7 @@ def edge_keys(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray
 
 
 class EdgeTable:
-    """Append-only edge slots plus a sorted key index; slot ids never move."""
+    """Append-only edge slots plus a key index; slot ids never move."""
 
     def __init__(self) -> None:
         self.src = Column(np.int32)
@@ -36,8 +38,7 @@ class EdgeTable:
         # The earliest event time among the edge's adds (+inf before any): min commutes, so it is a
         # pure function of the epoch vector like the sums. K-exposure orders adopters by it.
         self.first_ts = Column(np.float64)
-        self._keys: np.ndarray = np.zeros(0, dtype=np.uint64)
-        self._slots = np.zeros(0, dtype=np.int64)
+        self._index = KeyIndex()  # edge key -> slot, for the slots held
         self._free = np.zeros(0, dtype=np.int64)  # released slots (sorted), taken by new edges first
 
     def __len__(self) -> int:
@@ -60,12 +61,9 @@ class EdgeTable:
         adds_ts = np.full(len(keys), np.inf) if ts is None else np.where(dmult > 0, ts, np.inf)
         dt = np.minimum.reduceat(adds_ts[order].astype(np.float64), starts)
 
-        pos = np.searchsorted(self._keys, uniq)
-        found = np.zeros(len(uniq), dtype=bool)
-        if len(self._keys):
-            inside = pos < len(self._keys)
-            found[inside] = self._keys[pos[inside]] == uniq[inside]
-        old = self._slots[pos[found]]
+        held = self._index.get(uniq)
+        found = held >= 0
+        old = held[found]
         self.mult.view[old] += dm[found]
         self.weight.view[old] += dw[found]
         self.first_ts.view[old] = np.minimum(self.first_ts.view[old], dt[found])
@@ -85,8 +83,7 @@ class EdgeTable:
         for col, values in cols:
             col.view[reused] = values[:k]
             col.extend(values[k:])
-        self._keys = np.insert(self._keys, pos[new], nk)
-        self._slots = np.insert(self._slots, pos[new], fresh)
+        self._index.put(nk, fresh)
         touched = np.concatenate([old, fresh])
         if not rows:
             return touched
@@ -102,10 +99,7 @@ class EdgeTable:
         if not len(slots):
             return
         slots = unique(slots.astype(np.int64))
-        keys = edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots])
-        pos = np.searchsorted(self._keys, keys)
-        self._keys = np.delete(self._keys, pos)
-        self._slots = np.delete(self._slots, pos)
+        self._index.discard(edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots]))
         self.mult.view[slots] = 0
         self.weight.view[slots] = 0
         self.first_ts.view[slots] = np.inf
@@ -121,7 +115,7 @@ class EdgeTable:
         held[self._free] = False
         slots = np.flatnonzero(held)
         order = np.argsort(keys[slots], kind="stable")
-        self._keys, self._slots = keys[slots][order], slots[order].astype(np.int64)
+        self._index = KeyIndex.from_sorted(keys[slots][order], slots[order].astype(np.int64))
 
     def held(self) -> np.ndarray:
         """The slots that hold an edge (all but the released ones)."""
@@ -142,4 +136,4 @@ class EdgeTable:
     @property
     def nbytes(self) -> int:
         cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.first_ts)
-        return sum(c.nbytes for c in cols) + self._keys.nbytes + self._slots.nbytes
+        return sum(c.nbytes for c in cols) + self._index.nbytes

@@ -1,0 +1,217 @@
+"""A sorted index of distinct ``uint64`` keys, each with an ``int64`` value, that takes a batch of
+inserts or deletions in time that follows the batch, not the index.
+
+One sorted array pays a copy of the whole index for every batch put in or taken out
+(``np.insert``/``np.delete``, or a merge and a filter): the shards' edge index and the API's graph
+view did that every epoch, so an epoch's work and its transient arrays grew with the graph, not with
+what changed. Here the keys lie in a few sorted runs, largest first, in the manner of a
+log-structured merge tree:
+
+* a batch of new keys is a run of its own; the newest run merges into the one before it while that
+  one is at most :data:`FACTOR` times its size, so there are ~log_FACTOR(n / batch) runs and a key is
+  copied that many times over its life;
+* a lookup is one ``searchsorted`` per run;
+* a deleted key is marked dead where it lies (a tombstone). Merges leave the dead behind, and once
+  the dead come to :data:`DEAD_SHARE` of the live keys every run is merged into one.
+
+A key is in one run at most, dead or alive: a key put over its tombstone is revived in place, so no
+merge ever meets a key twice. Without values (``values=False``) it is a sorted set; a multimap such
+as an adjacency (vertex -> slots) packs both into the key, ``vertex << 32 | slot``, and asks for a
+:meth:`KeyIndex.range`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.arrays import unique
+
+# The newest run merges into the one before it while that one is at most FACTOR times its size.
+FACTOR = 4
+# Every run is merged into one (the tombstones dropped) once the dead reach this share of the live keys.
+DEAD_SHARE = 0.25
+# ... and at least this many: a small index is not rewritten for a handful of deletions.
+MIN_DEAD = 4096
+
+_NONE = np.zeros(0, np.int64)
+
+
+@dataclass
+class _Run:
+    keys: np.ndarray  # uint64, sorted, distinct
+    vals: np.ndarray  # int64 (empty for a set)
+    dead: np.ndarray  # bool
+    n_dead: int = 0
+
+
+class KeyIndex:
+    """Distinct sorted uint64 keys with an int64 value each (or none: a set)."""
+
+    def __init__(self, values: bool = True) -> None:
+        self._values = values
+        self._runs: list[_Run] = []
+        self._live = 0
+        self._dead = 0
+
+    @classmethod
+    def from_sorted(cls, keys: np.ndarray, vals: np.ndarray | None = None) -> KeyIndex:
+        """An index of ``keys`` (sorted, distinct) and their ``vals``, in one run."""
+        idx = cls(values=vals is not None)
+        idx._append(np.asarray(keys, np.uint64), _NONE if vals is None else np.asarray(vals, np.int64))
+        return idx
+
+    def __len__(self) -> int:
+        return self._live
+
+    @property
+    def runs(self) -> int:
+        return len(self._runs)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.keys.nbytes + r.vals.nbytes + r.dead.nbytes for r in self._runs)
+
+    def _find(self, keys: np.ndarray):
+        """Per run, (run, positions of the keys it holds, which keys those are), dead or alive."""
+        if not self._runs:
+            return
+        # Sorted queries let searchsorted start each search where the last one ended: on a run of
+        # millions that is several times faster than random probes.
+        order = None if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])) else np.argsort(keys, kind="stable")
+        sk = keys if order is None else keys[order]
+        for r in self._runs:
+            p = np.searchsorted(r.keys, sk)
+            pc = np.minimum(p, len(r.keys) - 1)
+            if order is not None:
+                back = np.empty_like(pc)
+                back[order] = pc
+                pc = back
+            hit = r.keys[pc] == keys
+            if hit.any():
+                yield r, pc[hit], hit
+
+    def get(self, keys) -> np.ndarray:
+        """The value of each key; -1 where it is not held."""
+        keys = np.asarray(keys, np.uint64)
+        out = np.full(len(keys), -1, np.int64)
+        for r, pos, hit in self._find(keys):
+            alive = ~r.dead[pos]
+            at = np.flatnonzero(hit)[alive]
+            out[at] = r.vals[pos[alive]] if self._values else 0
+        return out
+
+    def contains(self, keys) -> np.ndarray:
+        keys = np.asarray(keys, np.uint64)
+        out = np.zeros(len(keys), bool)
+        for r, pos, hit in self._find(keys):
+            out[np.flatnonzero(hit)] = ~r.dead[pos]
+        return out
+
+    def put(self, keys, vals=None) -> None:
+        """Hold ``keys`` (distinct) with ``vals``: a key held already takes its new value, a dead one is
+        revived where it lies, the others come in as a new run."""
+        keys = np.asarray(keys, np.uint64)
+        if not len(keys):
+            return
+        vals = np.asarray(vals, np.int64) if self._values else _NONE
+        rest = np.ones(len(keys), bool)
+        for r, pos, hit in self._find(keys):
+            at = np.flatnonzero(hit)
+            rest[at] = False
+            revived = int(np.count_nonzero(r.dead[pos]))
+            r.dead[pos] = False
+            r.n_dead -= revived
+            self._dead -= revived
+            self._live += revived
+            if self._values:
+                r.vals[pos] = vals[at]
+        if rest.all():
+            new_keys, new_vals = keys, vals
+        else:
+            new_keys, new_vals = keys[rest], vals[rest] if self._values else _NONE
+        if len(new_keys):
+            order = np.argsort(new_keys, kind="stable")
+            self._append(new_keys[order], new_vals[order] if self._values else _NONE)
+            self._settle()
+
+    def discard(self, keys) -> None:
+        """Stop holding ``keys``; ones not held are ignored."""
+        keys = np.asarray(keys, np.uint64)
+        if not len(keys):
+            return
+        for r, pos, _ in self._find(keys):
+            pos = pos[~r.dead[pos]]
+            pos = unique(pos)  # a key given twice dies once
+            r.dead[pos] = True
+            r.n_dead += len(pos)
+            self._dead += len(pos)
+            self._live -= len(pos)
+        if self._dead >= max(MIN_DEAD, DEAD_SHARE * self._live):
+            self.compact()
+
+    def range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The keys held in ``[lo, hi)``, sorted, and their values (empty for a set)."""
+        ks, vs = [], []
+        for r in self._runs:
+            a, b = np.searchsorted(r.keys, np.array([lo, hi], np.uint64))
+            if a == b:
+                continue
+            alive = ~r.dead[a:b]
+            ks.append(r.keys[a:b][alive])
+            if self._values:
+                vs.append(r.vals[a:b][alive])
+        if not ks:
+            return np.zeros(0, np.uint64), _NONE
+        keys = np.concatenate(ks)
+        vals = np.concatenate(vs) if self._values else _NONE
+        if len(ks) > 1:
+            order = np.argsort(keys, kind="stable")
+            keys, vals = keys[order], vals[order] if self._values else _NONE
+        return keys, vals
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every key held, sorted, and its value (empty for a set); compacts the index first."""
+        self.compact()
+        if not self._runs:
+            return np.zeros(0, np.uint64), _NONE
+        r = self._runs[0]
+        return r.keys, r.vals
+
+    def compact(self) -> None:
+        """Merge every run into one, without the dead."""
+        while len(self._runs) > 1:
+            self._merge_last()
+        if self._runs and self._runs[0].n_dead:
+            r = self._runs.pop()
+            self._dead -= r.n_dead
+            keep = ~r.dead
+            self._append(r.keys[keep], r.vals[keep] if self._values else _NONE, counted=True)
+
+    def _append(self, keys: np.ndarray, vals: np.ndarray, counted: bool = False) -> None:
+        if not len(keys):
+            return
+        self._runs.append(_Run(keys, vals, np.zeros(len(keys), bool)))
+        if not counted:
+            self._live += len(keys)
+
+    def _settle(self) -> None:
+        runs = self._runs
+        while len(runs) > 1 and len(runs[-2].keys) <= FACTOR * len(runs[-1].keys):
+            self._merge_last()
+
+    def _merge_last(self) -> None:
+        """Merge the newest run into the one before it, leaving their dead behind."""
+        b = self._runs.pop()
+        a = self._runs.pop()
+        self._dead -= a.n_dead + b.n_dead
+        ka, kb = a.keys[~a.dead] if a.n_dead else a.keys, b.keys[~b.dead] if b.n_dead else b.keys
+        keys = np.concatenate([ka, kb])
+        # Two sorted runs: the stable sort (timsort) merges them in linear time.
+        order = np.argsort(keys, kind="stable")
+        vals = _NONE
+        if self._values:
+            va, vb = a.vals[~a.dead] if a.n_dead else a.vals, b.vals[~b.dead] if b.n_dead else b.vals
+            vals = np.concatenate([va, vb])[order]
+        self._append(keys[order], vals, counted=True)
