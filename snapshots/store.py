@@ -229,11 +229,10 @@ class ShardStore:
     def _write_attrs(self, winners: dict, partition_names: list, bound: float | None) -> set[int]:
         """Store the attribute writes that win over the stored ones (and, with a window, let those
         written at or below ``bound`` expire); the vertices whose attributes changed."""
-        changed: set[int] = set()
         newer = self._stamps.newer(winners, partition_names)
-        for vid, attrs in zip(winners["vid"][newer].tolist(), winners["attrs"][newer].tolist()):
-            self.attrs.put(vid, encode(attrs))
-            changed.add(vid)
+        ids = winners["vid"][newer].tolist()
+        self.attrs.put_many(ids, [encode(attrs) for attrs in winners["attrs"][newer].tolist()])
+        changed = set(ids)
         self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
         if self._writes is not None and bound is not None:
             vid = winners["vid"][newer]

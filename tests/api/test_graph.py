@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from api.graph import GraphHistory
 from compute.graph import EdgeChanges
+from ingest import keyindex
 
 
 def random_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 3):
@@ -110,7 +112,10 @@ def churning_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 2
     return epochs
 
 
-def test_expired_edges_give_their_slots_back_once_out_of_the_retention():
+@pytest.mark.parametrize("min_dead", [keyindex.MIN_DEAD, 2], ids=["tombstones", "compactions"])
+def test_expired_edges_give_their_slots_back_once_out_of_the_retention(min_dead, monkeypatch):
+    # With a small MIN_DEAD the indexes compact every few epochs; either way the answers are the same.
+    monkeypatch.setattr(keyindex, "MIN_DEAD", min_dead)
     retain, life = 6, 3
     epochs = churning_epochs(300, seed=11, life=life)
     g = GraphHistory(retain=retain)
@@ -131,3 +136,21 @@ def test_expired_edges_give_their_slots_back_once_out_of_the_retention():
                         assert got(g, v, direction, back) == expected(epochs[back - 1][1], v, direction), (e, back, v)
     ever = len({k for changed, _ in epochs for k in changed})
     assert most < ever / 2, (most, ever)
+
+
+def test_a_small_epoch_does_not_rewrite_the_indexes_of_a_large_graph():
+    """An epoch's changes land in small runs of the indexes; the large run holding the graph's first
+    200,000 edges is the same array afterwards, not a copy of it with the changes merged in."""
+    rng = np.random.default_rng(5)
+    n = 200_000
+    g = GraphHistory(retain=4)
+    src, dst = rng.integers(0, 50_000, n), rng.integers(0, 50_000, n)
+    g.apply(1, EdgeChanges(src, dst, np.zeros(n, np.int16), np.ones(n, np.int64), np.ones(n, np.int64)))
+    largest = [i._runs[0].keys for i in (g._keys, g._by_src, g._by_dst)]
+    for e in range(2, 12):
+        s, d = rng.integers(0, 50_000, 100), rng.integers(0, 50_000, 100)
+        ended = rng.integers(0, n, 100)
+        g.apply(e, EdgeChanges(np.r_[s, src[ended]], np.r_[d, dst[ended]], np.zeros(200, np.int16),
+                               np.r_[np.ones(100), np.zeros(100)].astype(np.int64), np.r_[np.ones(100), np.zeros(100)].astype(np.int64)))
+    for index, before in zip((g._keys, g._by_src, g._by_dst), largest):
+        assert index._runs[0].keys is before
