@@ -207,11 +207,17 @@ class KeyIndex:
         a = self._runs.pop()
         self._dead -= a.n_dead + b.n_dead
         ka, kb = a.keys[~a.dead] if a.n_dead else a.keys, b.keys[~b.dead] if b.n_dead else b.keys
-        keys = np.concatenate([ka, kb])
-        # Two sorted runs: the stable sort (timsort) merges them in linear time.
-        order = np.argsort(keys, kind="stable")
+        # A merge by position: each of the newer run's keys goes where searchsorted puts it in the
+        # older one, shifted by the keys before it; the older run's keys fill the rest in order. No
+        # sort, and no permutation array as long as both runs.
+        at = np.searchsorted(ka, kb) + np.arange(len(kb))
+        rest = np.ones(len(ka) + len(kb), bool)
+        rest[at] = False
+        keys = np.empty(len(rest), np.uint64)
+        keys[at], keys[rest] = kb, ka
         vals = _NONE
         if self._values:
             va, vb = a.vals[~a.dead] if a.n_dead else a.vals, b.vals[~b.dead] if b.n_dead else b.vals
-            vals = np.concatenate([va, vb])[order]
-        self._append(keys[order], vals, counted=True)
+            vals = np.empty(len(rest), np.int64)
+            vals[at], vals[rest] = vb, va
+        self._append(keys, vals, counted=True)
