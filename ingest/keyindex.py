@@ -93,7 +93,7 @@ class KeyIndex:
                 yield r, pc[hit], hit
 
     def get(self, keys) -> np.ndarray:
-        """The value of each key; -1 where it is not held."""
+        """The value of each key (0 in a set); -1 where it is not held."""
         keys = np.asarray(keys, np.uint64)
         out = np.full(len(keys), -1, np.int64)
         for r, pos, hit in self._find(keys):
