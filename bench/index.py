@@ -56,7 +56,8 @@ def graph_view(edges: int, changes: int, epochs: int, retain: int, seed: int) ->
     g = GraphHistory(retain=retain)
     src, dst = rng.integers(0, VERTICES, edges), rng.integers(0, VERTICES, edges)
     for e, i in enumerate(range(0, edges, FILL_BATCH), start=1):
-        g.apply(e, _changes(src[i:i + FILL_BATCH], dst[i:i + FILL_BATCH], np.ones(len(src[i:i + FILL_BATCH]))))
+        s, d = src[i:i + FILL_BATCH], dst[i:i + FILL_BATCH]
+        g.apply(e, _changes(s, d, np.ones(len(s))))
     first = g.epoch + 1
     half = changes // 2
 

@@ -38,12 +38,24 @@ MIN_DEAD = 4096
 _NONE = np.zeros(0, np.int64)
 
 
+def _take(vals: np.ndarray, sel) -> np.ndarray:
+    """``vals[sel]``; a set's values stay empty (a run is never empty, so a map's never are)."""
+    return vals[sel] if len(vals) else vals
+
+
 @dataclass
 class _Run:
     keys: np.ndarray  # uint64, sorted, distinct
     vals: np.ndarray  # int64 (empty for a set)
     dead: np.ndarray  # bool
     n_dead: int = 0
+
+    def alive(self) -> tuple[np.ndarray, np.ndarray]:
+        """The keys not dead, and their values."""
+        if not self.n_dead:
+            return self.keys, self.vals
+        keep = ~self.dead
+        return self.keys[keep], _take(self.vals, keep)
 
 
 class KeyIndex:
@@ -74,7 +86,7 @@ class KeyIndex:
         return sum(r.keys.nbytes + r.vals.nbytes + r.dead.nbytes for r in self._runs)
 
     def _find(self, keys: np.ndarray):
-        """Per run, (run, positions of the keys it holds, which keys those are), dead or alive."""
+        """Per run, (run, positions of the keys it holds, the indexes in ``keys`` of those), dead or alive."""
         if not self._runs:
             return
         # Sorted queries let searchsorted start each search where the last one ended: on a run of
@@ -88,25 +100,24 @@ class KeyIndex:
                 back = np.empty_like(pc)
                 back[order] = pc
                 pc = back
-            hit = r.keys[pc] == keys
-            if hit.any():
-                yield r, pc[hit], hit
+            at = np.flatnonzero(r.keys[pc] == keys)
+            if len(at):
+                yield r, pc[at], at
 
     def get(self, keys) -> np.ndarray:
         """The value of each key (0 in a set); -1 where it is not held."""
         keys = np.asarray(keys, np.uint64)
         out = np.full(len(keys), -1, np.int64)
-        for r, pos, hit in self._find(keys):
+        for r, pos, at in self._find(keys):
             alive = ~r.dead[pos]
-            at = np.flatnonzero(hit)[alive]
-            out[at] = r.vals[pos[alive]] if self._values else 0
+            out[at[alive]] = r.vals[pos[alive]] if self._values else 0
         return out
 
     def contains(self, keys) -> np.ndarray:
         keys = np.asarray(keys, np.uint64)
         out = np.zeros(len(keys), bool)
-        for r, pos, hit in self._find(keys):
-            out[np.flatnonzero(hit)] = ~r.dead[pos]
+        for r, pos, at in self._find(keys):
+            out[at] = ~r.dead[pos]
         return out
 
     def put(self, keys, vals=None) -> None:
@@ -117,8 +128,7 @@ class KeyIndex:
             return
         vals = np.asarray(vals, np.int64) if self._values else _NONE
         rest = np.ones(len(keys), bool)
-        for r, pos, hit in self._find(keys):
-            at = np.flatnonzero(hit)
+        for r, pos, at in self._find(keys):
             rest[at] = False
             revived = int(np.count_nonzero(r.dead[pos]))
             r.dead[pos] = False
@@ -127,13 +137,10 @@ class KeyIndex:
             self._live += revived
             if self._values:
                 r.vals[pos] = vals[at]
-        if rest.all():
-            new_keys, new_vals = keys, vals
-        else:
-            new_keys, new_vals = keys[rest], vals[rest] if self._values else _NONE
+        new_keys, new_vals = keys[rest], _take(vals, rest)
         if len(new_keys):
             order = np.argsort(new_keys, kind="stable")
-            self._append(new_keys[order], new_vals[order] if self._values else _NONE)
+            self._append(new_keys[order], _take(new_vals, order))
             self._settle()
 
     def discard(self, keys) -> None:
@@ -160,15 +167,13 @@ class KeyIndex:
                 continue
             alive = ~r.dead[a:b]
             ks.append(r.keys[a:b][alive])
-            if self._values:
-                vs.append(r.vals[a:b][alive])
+            vs.append(_take(r.vals[a:b], alive))
         if not ks:
             return np.zeros(0, np.uint64), _NONE
-        keys = np.concatenate(ks)
-        vals = np.concatenate(vs) if self._values else _NONE
+        keys, vals = np.concatenate(ks), np.concatenate(vs)
         if len(ks) > 1:
             order = np.argsort(keys, kind="stable")
-            keys, vals = keys[order], vals[order] if self._values else _NONE
+            keys, vals = keys[order], _take(vals, order)
         return keys, vals
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +191,7 @@ class KeyIndex:
         if self._runs and self._runs[0].n_dead:
             r = self._runs.pop()
             self._dead -= r.n_dead
-            keep = ~r.dead
-            self._append(r.keys[keep], r.vals[keep] if self._values else _NONE, counted=True)
+            self._append(*r.alive(), counted=True)
 
     def _append(self, keys: np.ndarray, vals: np.ndarray, counted: bool = False) -> None:
         if not len(keys):
@@ -206,7 +210,7 @@ class KeyIndex:
         b = self._runs.pop()
         a = self._runs.pop()
         self._dead -= a.n_dead + b.n_dead
-        ka, kb = a.keys[~a.dead] if a.n_dead else a.keys, b.keys[~b.dead] if b.n_dead else b.keys
+        (ka, va), (kb, vb) = a.alive(), b.alive()
         # A merge by position: each of the newer run's keys goes where searchsorted puts it in the
         # older one, shifted by the keys before it; the older run's keys fill the rest in order. No
         # sort, and no permutation array as long as both runs.
@@ -217,7 +221,6 @@ class KeyIndex:
         keys[at], keys[rest] = kb, ka
         vals = _NONE
         if self._values:
-            va, vb = a.vals[~a.dead] if a.n_dead else a.vals, b.vals[~b.dead] if b.n_dead else b.vals
             vals = np.empty(len(rest), np.int64)
             vals[at], vals[rest] = vb, va
         self._append(keys, vals, counted=True)

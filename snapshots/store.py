@@ -230,12 +230,12 @@ class ShardStore:
         """Store the attribute writes that win over the stored ones (and, with a window, let those
         written at or below ``bound`` expire); the vertices whose attributes changed."""
         newer = self._stamps.newer(winners, partition_names)
-        ids = winners["vid"][newer].tolist()
+        vid = winners["vid"][newer]
+        ids = vid.tolist()
         self.attrs.put_many(ids, [encode(attrs) for attrs in winners["attrs"][newer].tolist()])
         changed = set(ids)
         self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
         if self._writes is not None and bound is not None:
-            vid = winners["vid"][newer]
             self._writes.add(winners["ts"][newer], vid, np.zeros(len(vid), np.int8), np.zeros(len(vid), np.int64))
             changed.update(self._expire_attrs(bound))
         return changed
