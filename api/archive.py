@@ -252,7 +252,12 @@ class ResultArchive:
     def history_before(self, first_live: EpochResult) -> list[EpochResult]:
         """The archived results older than ``first_live`` (the first epoch the pipeline published since
         it started), oldest first, when they belong to the same history; else none, and the archive
-        is cleared so that it restarts with this history."""
+        is cleared so that it restarts with this history.
+
+        The archive may end a few epochs before ``first_live`` when that is the first epoch after a
+        restore: epochs sealed and checkpointed before a crash, but not yet ranked, are not cut again,
+        and the restored graph holds their changes. ``first_live`` then covers them, as a ranked epoch
+        covers the sealed epochs merged into it, and its ``skipped`` is extended to name them."""
         k = first_live.epoch
         epochs = self._epochs()
         older = [e for e in epochs if e < k][-self.retain :]
@@ -265,7 +270,7 @@ class ResultArchive:
         else:
             newest = self._load(older[-1])
             ok = (
-                older[-1] == k - 1 and newest is not None
+                (older[-1] == k - 1 or first_live.full_changes) and newest is not None
                 and all(first_live.vector.get(p, -1) >= o for p, o in newest[0].vector.items())
             )
         if not ok:
@@ -276,6 +281,11 @@ class ResultArchive:
         self.loaded_ranks = {r.epoch: ranks for r, ranks, _ in got if ranks is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
         self.latest = max(e for e in epochs if e < k)
+        gap = range(self.latest + 1, first_live.skipped[0] if first_live.skipped else k)
+        if gap:
+            first_live.skipped = [*gap, *first_live.skipped]
+            log.info("result archive: epochs %d..%d were checkpointed but not ranked before the restart; epoch %d covers them",
+                     gap[0], gap[-1], k)
         for e in epochs:
             if e >= k:
                 self._path(e).unlink(missing_ok=True)

@@ -27,7 +27,7 @@ class EpochInfo(BaseModel):
     timeliness_ms: Timeliness
     skipped: list[int] = Field(
         default_factory=list,
-        description="sealed epochs merged into this one without results of their own (ranking had fallen behind the cuts)",
+        description="sealed epochs merged into this one without results of their own (ranking had fallen behind the cuts, or the service restarted before ranking them)",
     )
     error_bounds: dict[str, float] = Field(
         default_factory=dict, description="per ranking, the L1 error its scores are proven within (empty for epochs archived before bounds were kept)"

@@ -386,8 +386,8 @@ class ResultStore:
             view = self._epochs.get(epoch)
             if view is None and epoch in self._merged_into:
                 raise NotFound(
-                    f"epoch {epoch} was sealed but not ranked on its own: ranking had fallen behind and ranked "
-                    f"epoch {self._merged_into[epoch]}, which contains it", code="epoch_not_ranked",
+                    f"epoch {epoch} was sealed but not ranked on its own (ranking had fallen behind, or the "
+                    f"service restarted before ranking it): epoch {self._merged_into[epoch]} contains it", code="epoch_not_ranked",
                 )
             if view is None:
                 first, last = next(iter(self._epochs)), next(reversed(self._epochs))

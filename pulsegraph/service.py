@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import resource
 import signal
+import socket
 import threading
 
 import uvicorn
@@ -154,12 +155,34 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound now: before Ray starts, whose processes take ports of their own
+    (one could take a port picked for the API between the pick and a late bind), and so that a port in
+    use stops the service at once, not after the pipeline's start. Port 0 takes a free one."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PipelineError(f"the API cannot listen on {host}:{port} ({exc.strerror}). Operator action: free the port or pass another --port") from exc
+    return sock
+
+
 def serve(settings: Settings) -> int:
     try:
         limits = edge_limits(settings, open_files_limit())
+        sock = listen(settings.host, settings.port)
     except PipelineError as exc:
         log.error("%s", exc)
         return 1
+    try:
+        return _serve(settings, limits, sock)
+    finally:
+        sock.close()
+
+
+def _serve(settings: Settings, limits: EdgeLimits, sock: socket.socket) -> int:
     try:
         pipeline = Pipeline(settings, on_epoch=print_epoch)
     except PulsegraphError as exc:  # its data folder's files cannot be trusted (the alert rules)
@@ -180,7 +203,8 @@ def serve(settings: Settings) -> int:
         ),
         on_exit=app.state.broadcaster.close,
     )
-    log.info("serving on http://%s:%d/  (top ranks: /v1/rank/top?k=10, API docs: /docs)", settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    log.info("serving on http://%s:%d/  (top ranks: /v1/rank/top?k=10, API docs: /docs)", host, port)
     # uvicorn shuts down gracefully on SIGINT and SIGTERM, then re-raises the
     # signal; make SIGTERM an interrupt too, so the pipeline below is stopped.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -193,7 +217,7 @@ def serve(settings: Settings) -> int:
 
     threading.Thread(target=exit_when_fatal, name="exit-when-fatal", daemon=True).start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:

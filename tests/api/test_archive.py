@@ -66,12 +66,27 @@ def test_the_archive_follows_on_when_the_first_live_epoch_is_the_next_one(tmp_pa
     assert [r.epoch for r in older] == [1, 2, 3]
 
 
+def test_epochs_checkpointed_but_not_ranked_before_a_crash_are_covered_by_the_first_live_one(tmp_path):
+    """The crash came after epochs 5 and 6 were sealed and checkpointed but before they were ranked:
+    the restored graph holds them, and the first epoch after the restore (7) covers them."""
+    archived(tmp_path, [1, 2, 3, 4])
+    first_live = result(7, full=True)
+    older = ResultArchive(tmp_path / "results", 100).history_before(first_live)
+    assert [r.epoch for r in older] == [1, 2, 3, 4]
+    assert first_live.skipped == [5, 6]
+    store = ResultStore(retain=100)
+    store.add(older, NameChanges(0, NAMES), notify=False)
+    store.add([first_live], None)
+    assert store.get(7).previous is store.get(4), "history runs on across the restart"
+    assert [v.result.epoch for v in store.recent(10)] == [7, 4, 3, 2, 1]
+
+
 @pytest.mark.parametrize(
     "first_live",
     [
         result(6, full=True, offset=61),  # same number, another vector: another history
         result(5, full=True, offset=1),  # follows on, but its vector does not contain the archived one
-        result(12, full=True),  # a gap: epochs 9..11 were never archived
+        result(12),  # a gap, epochs 9..11 never archived, and not the first epoch after a restore
         result(1, full=True, offset=3),  # a new history in the same folder
     ],
 )

@@ -65,6 +65,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_a_port_in_use_stops_the_service_before_ray_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run(
+            [EXE, "run", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, cwd=tmp_path,
+        )
+    assert run.returncode == 1, run.stdout
+    assert f"the API cannot listen on 127.0.0.1:{port}" in run.stdout and "Operator action" in run.stdout
+    assert "starting:" not in run.stdout, "the pipeline was started for an API that cannot serve"
+
+
 def test_pulsegraph_run_serves_the_top_ten(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
