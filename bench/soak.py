@@ -8,6 +8,9 @@ enough that the graph keeps growing), and every ``--every`` seconds samples
   epoch coordinator, the compute actor, and Ray's own processes (GCS, raylet,
   idle workers); read from ``/proc`` (RSS, and its anonymous part: file pages of
   memory-mapped archives are the kernel's to drop, anonymous ones are not);
+* the CPU time (user + system) every process of the service has used, by the same roles: on a
+  small machine every stage competes for the same cores, so the share each takes is what the
+  sealed rate trades against (a process that exits takes its seconds with it: Ray's idle workers);
 * from the API: the newest epochs (live edges, records, timeliness, when each was
   sealed) and ``/health`` (throttling, memory budget).
 
@@ -47,6 +50,7 @@ ROLES = ("api", "ingest", "shards", "coordinator", "compute", "ray")
 # Ray names a worker's process after its actor class ("ray::ShardActor", "ray::ShardActor.apply").
 _ACTOR_ROLES = {"IngestActor": "ingest", "ShardActor": "shards", "EpochCoordinator": "coordinator", "ComputeActor": "compute"}
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -81,6 +85,17 @@ def memory(pid: int) -> tuple[int, int]:
     return rss, anon
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    # After the command's closing parenthesis (it may hold spaces): state is field 3, utime 14, stime 15.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def get_json(url: str, timeout: float = 5.0):
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -90,16 +105,17 @@ def get_json(url: str, timeout: float = 5.0):
 
 
 def sample(root: int, base: str) -> dict:
-    by_role = {r: [0, 0] for r in ROLES}
+    by_role = {r: [0, 0, 0.0] for r in ROLES}
     for pid in process_tree(root):
         rss, anon = memory(pid)
         acc = by_role[role_of(pid, root)]
         acc[0] += rss
         acc[1] += anon
+        acc[2] += cpu_seconds(pid)
     health = get_json(base + "/health") or {}
     epochs = (get_json(base + "/v1/epochs?limit=1000") or {}).get("items", [])
     return {"t": time.time(), "rss": {r: v[0] for r, v in by_role.items()}, "anon": {r: v[1] for r, v in by_role.items()},
-            "health": health, "epochs": epochs}
+            "cpu": {r: v[2] for r, v in by_role.items()}, "health": health, "epochs": epochs}
 
 
 def _killed_workers(log_path: Path) -> int:
@@ -145,6 +161,10 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
         out["bytes_per_edge"] = (sum(last["rss"].values()) - sum(first["rss"].values())) / grown
         out["anon_bytes_per_edge"] = (sum(last["anon"].values()) - sum(first["anon"].values())) / grown
         out["role_bytes_per_edge"] = {r: (last["rss"][r] - first["rss"][r]) / grown for r in ROLES}
+    if len(samples) >= 2 and "cpu" in samples[0]:
+        # Cores each role kept busy on average between the first and the last sample.
+        wall = max(samples[-1]["t"] - samples[0]["t"], 1e-9)
+        out["role_cores"] = {r: max(samples[-1]["cpu"][r] - samples[0]["cpu"][r], 0.0) / wall for r in ROLES}
     out["throttled_samples"] = sum(1 for s in samples if s["health"].get("ingest") == "throttled")
     out["duration_s"] = samples[-1]["t"] - started if samples else 0.0
     return out
@@ -247,7 +267,7 @@ def main() -> int:
     (args.out / f"{stem}.json").write_text(json.dumps({"summary": summary, "samples": samples, "cmd": cmd}))
     gb = 1e9
     print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
-    print(json.dumps({k: v for k, v in summary.items() if k != "role_bytes_per_edge"}, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("role_bytes_per_edge", "role_cores")}, indent=1))
     print("| run | minutes | live edges | peak memory (RSS / anon) | B per live edge | epoch gap median, last min | timeliness p99 | events/s sealed | killed |")
     print("|---|---|---|---|---|---|---|---|---|")
     print(
@@ -258,10 +278,11 @@ def main() -> int:
     )
     per = summary.get("role_bytes_per_edge", {})
     last = samples[-1]
-    print("\n| role | RSS at the end | B per live edge grown |")
-    print("|---|---|---|")
+    cores = summary.get("role_cores", {})
+    print(f"\n| role | RSS at the end | B per live edge grown | cores busy (of {os.cpu_count()}) |")
+    print("|---|---|---|---|")
     for r in ROLES:
-        print(f"| {r} | {last['rss'][r] / gb:.2f} GB | {per.get(r, float('nan')):.0f} |")
+        print(f"| {r} | {last['rss'][r] / gb:.2f} GB | {per.get(r, float('nan')):.0f} | {cores.get(r, float('nan')):.2f} |")
     # Last: the rows above are printed (and the samples saved) even where the plot cannot be drawn.
     plot(samples, started, args.out / f"{stem}.png", f"{' '.join(cmd[3:])}\n{machine()}")
     return 0
