@@ -208,7 +208,7 @@ def stages(n: int) -> dict[str, float]:
     for rnd, start in enumerate(range(0, longest, per_round)):
         marks = [time.perf_counter()]
         for name, recs in records.items():
-            tweets.feed(router, name, [Event(o, 0, r) for o, r in recs[start : start + per_round]])
+            tweets.feed(router, name, [Event(r.offset, 0, r.value) for r in recs[start : start + per_round]])
         marks.append(time.perf_counter())
         batches = router.take()
         marks.append(time.perf_counter())
