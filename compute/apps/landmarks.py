@@ -264,7 +264,11 @@ class Landmarks(Application):
 
     def publish(self, state: LandmarkState) -> LandmarksResult:
         def small(d: np.ndarray) -> np.ndarray:
-            return np.minimum(d, UNREACHABLE).astype(np.uint16)  # distances are never negative
+            # Distances are never negative. Clipped straight into the uint16 result: one pass over the
+            # landmarks' rows and no int32 copy of them (every epoch, twice).
+            out = np.empty(d.shape, dtype=np.uint16)
+            np.minimum(d, UNREACHABLE, out=out, casting="unsafe")
+            return out
 
         return LandmarksResult(state.ids.astype(np.int32), small(state.dist_to), small(state.dist_from))
 
