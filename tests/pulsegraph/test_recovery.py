@@ -199,7 +199,8 @@ def test_epochs_re_cut_after_a_crash_are_checkpointed(ray_cluster, tmp_path):
 def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_path):
     lines = edge_lines(1500, seed=15)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    p = Pipeline(settings(tmp_path, rate=1500)).start()
+    s = settings(tmp_path, rate=1500)
+    p = Pipeline(s).start()
     p.wait_for_epoch(lambda v: v.result.epoch >= 8, timeout=60)
     crash(p)  # the feed stops first: every epoch it took in is archived
     before = {v.result.epoch: v for v in p.store.recent(10_000)}
@@ -212,7 +213,7 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
         # The checkpoint may be newer than the newest ranked epoch (sealed, not yet ranked at the crash):
         # the first epoch after the restart then covers the ones in between (see ``skipped`` below).
         recovered = p.store.graph.kept_from
-        assert 1 < recovered <= cut + 1 and (recovered - 1) % 3 == 0, (recovered, cut, max(before))
+        assert 1 < recovered <= cut + 1 and (recovered - 1) % s.checkpoint_every == 0, (recovered, cut, max(before))
         client = TestClient(create_app(p.store))
         items = client.get("/v1/epochs", params={"limit": 1000}).json()["items"]
         # Every epoch, less those merged into a later ranked one (ranking slower than the 50 ms cuts).
