@@ -7,7 +7,10 @@ enough that the graph keeps growing), and every ``--every`` seconds samples
   (the driver: uvicorn, the result store, the feed), ingest actors, shards, the
   epoch coordinator, the compute actor, and Ray's own processes (GCS, raylet,
   idle workers); read from ``/proc`` (RSS, and its anonymous part: file pages of
-  memory-mapped archives are the kernel's to drop, anonymous ones are not);
+  memory-mapped archives are the kernel's to drop, anonymous ones are not), and the
+  proportional set size (PSS: a page shared by k processes counts 1/k in each, so
+  the object store's shared pages, mapped by the store and by every reader, and the
+  shared libraries count once in the sum where RSS counts them in every process);
 * the CPU time (user + system) every process of the service has used, by the same roles: on a
   small machine every stage competes for the same cores, so the share each takes is what the
   sealed rate trades against (a process that exits takes its seconds with it: Ray's idle workers);
@@ -71,18 +74,23 @@ def role_of(pid: int, root: int) -> str:
     return "ray"
 
 
-def memory(pid: int) -> tuple[int, int]:
-    """(RSS, anonymous RSS) in bytes."""
-    rss = anon = 0
+def memory(pid: int) -> tuple[int, int, int]:
+    """(RSS, anonymous RSS, PSS) in bytes."""
+    rss = anon = pss = 0
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
             elif line.startswith("RssAnon:"):
                 anon = int(line.split()[1]) * 1024
+        # The kernel sums the process's mappings here (a page-table walk: milliseconds for gigabytes).
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+                break
     except OSError:
         pass
-    return rss, anon
+    return rss, anon, pss
 
 
 def cpu_seconds(pid: int) -> float:
@@ -105,17 +113,18 @@ def get_json(url: str, timeout: float = 5.0):
 
 
 def sample(root: int, base: str) -> dict:
-    by_role = {r: [0, 0, 0.0] for r in ROLES}
+    by_role = {r: [0, 0, 0, 0.0] for r in ROLES}
     for pid in process_tree(root):
-        rss, anon = memory(pid)
+        rss, anon, pss = memory(pid)
         acc = by_role[role_of(pid, root)]
         acc[0] += rss
         acc[1] += anon
-        acc[2] += cpu_seconds(pid)
+        acc[2] += pss
+        acc[3] += cpu_seconds(pid)
     health = get_json(base + "/health") or {}
     epochs = (get_json(base + "/v1/epochs?limit=1000") or {}).get("items", [])
     return {"t": time.time(), "rss": {r: v[0] for r, v in by_role.items()}, "anon": {r: v[1] for r, v in by_role.items()},
-            "cpu": {r: v[2] for r, v in by_role.items()}, "health": health, "epochs": epochs}
+            "pss": {r: v[2] for r, v in by_role.items()}, "cpu": {r: v[3] for r, v in by_role.items()}, "health": health, "epochs": epochs}
 
 
 def _killed_workers(log_path: Path) -> int:
@@ -142,6 +151,8 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
     totals = [sum(s["rss"].values()) for s in samples]
     anon = [sum(s["anon"].values()) for s in samples]
     out: dict = {"peak_rss": max(totals, default=0), "peak_anon": max(anon, default=0), "epochs": len(eps)}
+    if samples and "pss" in samples[0]:
+        out["peak_pss"] = max(sum(s["pss"].values()) for s in samples)
     if len(eps) >= 2:
         t = np.array([ts(e) for e in eps])
         gaps = np.diff(t)
@@ -160,6 +171,9 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
         last = samples[-1]
         out["bytes_per_edge"] = (sum(last["rss"].values()) - sum(first["rss"].values())) / grown
         out["anon_bytes_per_edge"] = (sum(last["anon"].values()) - sum(first["anon"].values())) / grown
+        if "pss" in first:
+            out["pss_bytes_per_edge"] = (sum(last["pss"].values()) - sum(first["pss"].values())) / grown
+            out["role_pss_bytes_per_edge"] = {r: (last["pss"][r] - first["pss"][r]) / grown for r in ROLES}
         out["role_bytes_per_edge"] = {r: (last["rss"][r] - first["rss"][r]) / grown for r in ROLES}
     if len(samples) >= 2 and "cpu" in samples[0]:
         # Cores each role kept busy on average between the first and the last sample.
@@ -267,22 +281,24 @@ def main() -> int:
     (args.out / f"{stem}.json").write_text(json.dumps({"summary": summary, "samples": samples, "cmd": cmd}))
     gb = 1e9
     print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("role_bytes_per_edge", "role_cores")}, indent=1))
-    print("| run | minutes | live edges | peak memory (RSS / anon) | B per live edge | epoch gap median, last min | timeliness p99 | events/s sealed | killed |")
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("role_bytes_per_edge", "role_pss_bytes_per_edge", "role_cores")}, indent=1))
+    print("| run | minutes | live edges | peak memory (RSS / anon / PSS) | B per live edge (RSS / PSS) | epoch gap median, last min | timeliness p99 | events/s sealed | killed |")
     print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {stem} | {summary['duration_s'] / 60:.1f} | {summary.get('live_edges', 0) / 1e6:.2f} M | "
-        f"{summary['peak_rss'] / gb:.1f} / {summary['peak_anon'] / gb:.1f} GB | {summary.get('bytes_per_edge', float('nan')):.0f} | "
+        f"{summary['peak_rss'] / gb:.1f} / {summary['peak_anon'] / gb:.1f} / {summary.get('peak_pss', float('nan')) / gb:.1f} GB | "
+        f"{summary.get('bytes_per_edge', float('nan')):.0f} / {summary.get('pss_bytes_per_edge', float('nan')):.0f} | "
         f"{summary.get('gap_median_tail_s', float('nan')):.2f} s | {summary.get('timeliness_p99_ms', float('nan')) / 1000:.1f} s | "
         f"{summary.get('events_per_s', 0):,.0f} | {killed} |"
     )
-    per = summary.get("role_bytes_per_edge", {})
+    per, per_pss = summary.get("role_bytes_per_edge", {}), summary.get("role_pss_bytes_per_edge", {})
     last = samples[-1]
     cores = summary.get("role_cores", {})
-    print(f"\n| role | RSS at the end | B per live edge grown | cores busy (of {os.cpu_count()}) |")
+    print(f"\n| role | RSS / PSS at the end | B per live edge grown (RSS / PSS) | cores busy (of {os.cpu_count()}) |")
     print("|---|---|---|---|")
     for r in ROLES:
-        print(f"| {r} | {last['rss'][r] / gb:.2f} GB | {per.get(r, float('nan')):.0f} | {cores.get(r, float('nan')):.2f} |")
+        print(f"| {r} | {last['rss'][r] / gb:.2f} / {last.get('pss', {}).get(r, float('nan')) / gb:.2f} GB | "
+              f"{per.get(r, float('nan')):.0f} / {per_pss.get(r, float('nan')):.0f} | {cores.get(r, float('nan')):.2f} |")
     # Last: the rows above are printed (and the samples saved) even where the plot cannot be drawn.
     plot(samples, started, args.out / f"{stem}.png", f"{' '.join(cmd[3:])}\n{machine()}")
     return 0
