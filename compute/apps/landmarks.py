@@ -5,7 +5,9 @@ when more than ``drift`` of them have left the top set (so the distances, and
 the API's history of them, stay put while the ranking jitters); a landmark that
 stays keeps its distances, a new one gets a fresh BFS.
 
-Distances are hop counts over every live edge, directed (``INF``: unreachable).
+Distances are hop counts over every live edge, directed, kept as uint16 (``UNREACHABLE``:
+none; a path of that many hops or more reads as none, as the published distances always
+did): 16 landmarks both ways cost 64 bytes a vertex, where int32 cost 128.
 Per epoch, with the pairs that appeared and went:
 
 * a gone pair (s, d) can only lengthen distances, and only where a shortest path
@@ -32,16 +34,22 @@ from typing import ClassVar
 
 import numpy as np
 
-from compute.apps.base import INF, AppDelta, AppGraph, Application, AppResult, Neighbors
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult, Neighbors
 from ingest.arrays import unique
 
-# Published distances are uint16; a hop count this large (or INF) reads as unreachable.
-UNREACHABLE = np.uint16(65535)
+# Distances are uint16, in the state and as published; this value (the largest) is "no path".
+HOPS = np.uint16
+UNREACHABLE = HOPS(65535)
+
+
+def _plus_one(d: np.ndarray) -> np.ndarray:
+    """Hops one further, in int32: ``UNREACHABLE + 1`` must not wrap round to 0 in uint16."""
+    return d.astype(np.int32) + 1
 
 
 def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
-    """Hop distances from ``source`` along ``adj``'s rows (int32, ``INF`` where unreachable)."""
-    dist = np.full(n, INF, dtype=np.int32)
+    """Hop distances from ``source`` along ``adj``'s rows (uint16, ``UNREACHABLE`` where there is no path)."""
+    dist = np.full(n, UNREACHABLE, dtype=HOPS)
     if not 0 <= source < n:
         return dist
     dist[source] = 0
@@ -49,8 +57,10 @@ def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
     level = 0
     while len(frontier):
         level += 1
+        if level >= UNREACHABLE:
+            break  # what is further away reads as unreachable
         nbrs, _ = adj.neighbors(frontier)
-        nbrs = nbrs[dist[nbrs] == INF]
+        nbrs = nbrs[dist[nbrs] == UNREACHABLE]
         dist[nbrs] = level
         frontier = _distinct(nbrs, dist, level)
     return dist
@@ -70,21 +80,22 @@ def _distinct(vertices: np.ndarray, dist: np.ndarray, level: int) -> np.ndarray:
 
 
 def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
-    """Lower ``dist`` in place where the new paths through ``seeds`` (reached at ``seed_dist``) are shorter."""
+    """Lower ``dist`` in place where the new paths through ``seeds`` (reached at ``seed_dist``, in int32 so
+    that a seed past ``UNREACHABLE`` stays past it) are shorter."""
     better = seed_dist < dist[seeds]
     if not better.any():
         return
     seeds, seed_dist = seeds[better], seed_dist[better]
-    np.minimum.at(dist, seeds, seed_dist.astype(np.int32))
+    np.minimum.at(dist, seeds, seed_dist.astype(dist.dtype))
     frontier = unique(seeds)
     while len(frontier):
         nbrs, owner = adj.neighbors(frontier)
-        cand = dist[frontier][owner] + 1
-        improves = cand < dist[nbrs]
+        cand = _plus_one(dist[frontier])[owner]
+        improves = cand < dist[nbrs]  # a candidate of UNREACHABLE hops or more never improves
         if not improves.any():
             break
         nbrs, cand = nbrs[improves], cand[improves]
-        np.minimum.at(dist, nbrs, cand.astype(np.int32))
+        np.minimum.at(dist, nbrs, cand.astype(dist.dtype))
         frontier = unique(nbrs)
 
 
@@ -97,7 +108,7 @@ def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarr
     looked at: it keeps its distance exactly when one of them kept its own (by induction on the
     distance, every vertex that kept a supporting predecessor is still at its old distance)."""
     cand = unique(suspects)
-    cand = cand[(dist[cand] > 0) & (dist[cand] < INF)]  # the landmark itself and the unreachable never lose
+    cand = cand[(dist[cand] > 0) & (dist[cand] < UNREACHABLE)]  # the landmark itself and the unreachable never lose
     if not len(cand):
         return 0
     detached = np.zeros(len(dist), dtype=bool)
@@ -127,23 +138,23 @@ def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarr
     if not lost_all:
         return 0
     gone = np.concatenate(lost_all)
-    dist[gone] = INF
+    dist[gone] = UNREACHABLE
     # Back from the vertices around the cut-off region that kept their distances.
     preds, owner = back.neighbors(gone)
-    ok = dist[preds] < INF
+    ok = dist[preds] < UNREACHABLE
     if ok.any():
-        relax(fwd, dist, gone[owner[ok]], dist[preds[ok]] + 1)
+        relax(fwd, dist, gone[owner[ok]], _plus_one(dist[preds[ok]]))
     return len(gone)
 
 
 def _buffer(rows: int, n: int) -> np.ndarray:
-    """``INF`` distances for ``rows`` landmarks with room for ``n`` vertices and a quarter more: a growing
-    graph's new vertices then cost their own columns, not a copy of every landmark's row each epoch."""
-    return np.full((rows, n + n // 4 + 1024), INF, dtype=np.int32)
+    """``UNREACHABLE`` distances for ``rows`` landmarks with room for ``n`` vertices and a quarter more: a
+    growing graph's new vertices then cost their own columns, not a copy of every landmark's row each epoch."""
+    return np.full((rows, n + n // 4 + 1024), UNREACHABLE, dtype=HOPS)
 
 
 def _room(buf: np.ndarray, n: int) -> np.ndarray:
-    """``buf`` while it has room for ``n`` vertices, else a larger copy (columns past the graph hold ``INF``)."""
+    """``buf`` while it has room for ``n`` vertices, else a larger copy (columns past the graph hold ``UNREACHABLE``)."""
     if buf.shape[1] >= n:
         return buf
     out = _buffer(len(buf), n)
@@ -154,19 +165,19 @@ def _room(buf: np.ndarray, n: int) -> np.ndarray:
 @dataclass
 class LandmarkState:
     ids: np.ndarray  # int64[L]: the landmark vertex ids, best TunkRank first when chosen
-    from_buf: np.ndarray  # int32[L, capacity]: hops from landmark l to v in the first n columns, INF past them
+    from_buf: np.ndarray  # uint16[L, capacity]: hops from landmark l to v in the first n columns, UNREACHABLE past them
     to_buf: np.ndarray  # the same, from v to landmark l
     n: int
     rechosen: bool = False
 
     @property
     def dist_from(self) -> np.ndarray:
-        """int32[L, n]: hops from landmark l to v (a view: writes go to the state)."""
+        """uint16[L, n]: hops from landmark l to v (a view: writes go to the state)."""
         return self.from_buf[:, : self.n]
 
     @property
     def dist_to(self) -> np.ndarray:
-        """int32[L, n]: hops from v to landmark l (a view)."""
+        """uint16[L, n]: hops from v to landmark l (a view)."""
         return self.to_buf[:, : self.n]
 
 
@@ -227,7 +238,7 @@ class Landmarks(Application):
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: LandmarkState) -> LandmarkState:
         n = graph.n
-        # Updated in place (the contract allows it): new vertices are the INF columns past the old n.
+        # Updated in place (the contract allows it): new vertices are the UNREACHABLE columns past the old n.
         state = LandmarkState(previous.ids, _room(previous.from_buf, n), _room(previous.to_buf, n), n)
         dist_from, dist_to = state.dist_from, state.dist_to
         ids = previous.ids
@@ -254,23 +265,17 @@ class Landmarks(Application):
                 continue
             df, dt = dist_from[j], dist_to[j]
             if len(ds):
-                self.repaired += repair(graph.out, graph.inn, df, dd[(df[ds] < INF) & (df[dd] == df[ds] + 1)])
-                self.repaired += repair(graph.inn, graph.out, dt, ds[(dt[dd] < INF) & (dt[ds] == dt[dd] + 1)])
+                self.repaired += repair(graph.out, graph.inn, df, dd[(df[ds] < UNREACHABLE) & (df[dd] == _plus_one(df[ds]))])
+                self.repaired += repair(graph.inn, graph.out, dt, ds[(dt[dd] < UNREACHABLE) & (dt[ds] == _plus_one(dt[dd]))])
             if len(is_):
-                relax(graph.out, df, id_, df[is_] + 1)
-                relax(graph.inn, dt, is_, dt[id_] + 1)
+                relax(graph.out, df, id_, _plus_one(df[is_]))
+                relax(graph.inn, dt, is_, _plus_one(dt[id_]))
         state.rechosen = rechosen
         return state
 
     def publish(self, state: LandmarkState) -> LandmarksResult:
-        def small(d: np.ndarray) -> np.ndarray:
-            # Distances are never negative. Clipped straight into the uint16 result: one pass over the
-            # landmarks' rows and no int32 copy of them (every epoch, twice).
-            out = np.empty(d.shape, dtype=np.uint16)
-            np.minimum(d, UNREACHABLE, out=out, casting="unsafe")
-            return out
-
-        return LandmarksResult(state.ids.astype(np.int32), small(state.dist_to), small(state.dist_from))
+        # Copies: the state is updated in place by the next epoch, and already in the published form.
+        return LandmarksResult(state.ids.astype(np.int32), state.dist_to.copy(), state.dist_from.copy())
 
 
 def estimate(to_a: np.ndarray, from_b: np.ndarray) -> tuple[int | None, int | None]:

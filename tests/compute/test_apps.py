@@ -368,8 +368,8 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
     chains and single-parent leaves among them, against a BFS of the graph that is left."""
     import scipy.sparse as sp
 
-    from compute.apps.base import CSR, INF
-    from compute.apps.landmarks import bfs, repair
+    from compute.apps.base import CSR
+    from compute.apps.landmarks import UNREACHABLE, bfs, repair
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -389,6 +389,19 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
     out2, inn2 = adj(left)
     ds, dd = (np.array(x, dtype=np.int64) for x in zip(*sorted(gone)))
     repaired = dist.copy()
-    n_lost = repair(out2, inn2, repaired, dd[(dist[ds] < INF) & (dist[dd] == dist[ds] + 1)])
+    n_lost = repair(out2, inn2, repaired, dd[(dist[ds] < UNREACHABLE) & (dist[dd] == dist[ds].astype(np.int32) + 1)])
     assert np.array_equal(repaired, bfs(out2, 0, n))
     assert 0 < n_lost < n
+
+
+def test_a_path_longer_than_uint16_hops_reads_as_unreachable_past_the_last_hop():
+    """Distances are uint16: past 65,534 hops a vertex reads as unreachable, and no hop count wraps to 0."""
+    from compute.apps.base import CSR
+    from compute.apps.landmarks import UNREACHABLE, bfs
+
+    n = int(UNREACHABLE) + 3
+    chain = CSR(np.concatenate([np.arange(n, dtype=np.int64), [n - 1]]), np.arange(1, n, dtype=np.int64))
+    dist = bfs(chain, 0, n)
+    assert dist.dtype == np.uint16
+    assert np.array_equal(dist[: int(UNREACHABLE)], np.arange(int(UNREACHABLE)))
+    assert (dist[int(UNREACHABLE):] == UNREACHABLE).all()
