@@ -15,6 +15,13 @@ skips the ones in between, instead of falling further behind each epoch. A
 checkpoint epoch always ends a hand-off, and the consumer's checkpoint call
 follows it, so the consumer's state is saved as of exactly that epoch; the
 manifest is committed from the hand-off thread once every part is written.
+The epoch each hand-off ends at is marked ranked beside the epoch log; a re-cut
+after a crash ends its hand-offs at the same epochs (the API kept their results
+and is served them again) and merges the epochs never ranked as any others.
+So ``stop`` does not drain the queue: it lets the hand-off in flight finish (at
+most :data:`STOP_WAIT_S`) and leaves the epochs still queued, sealed and
+logged, to the next launch, where they cost one merged hand-off, not minutes
+of rankings at shutdown.
 A checkpoint writes each stage's whole state, so its cost grows with the graph
 while an epoch's work follows the change: after a checkpoint that stalled a
 stage for ``d`` seconds, new epochs are not checkpointed for ``d * (1 / budget
@@ -53,6 +60,9 @@ RECENT = 256
 # Checkpoints quicker than this never pause the next ones: a small graph keeps one every
 # --checkpoint-every epochs, as before the budget.
 CHECKPOINT_PAUSE_FROM_S = 0.25
+# stop() waits this long for the hand-off in flight (its checkpoint, if it ends at one, is then
+# committed); the wiring's own wait on stop() is longer.
+STOP_WAIT_S = 30.0
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -117,6 +127,7 @@ class EpochCoordinator:
         self._window = window
         self._watermark: float | None = None
         self._late = 0  # transactions that arrived with their time already outside the window
+        self._ranked_before: frozenset[int] = resume.ranked if resume else frozenset()
         if resume:
             self._watermark = resume.watermark
             self._late = resume.late
@@ -143,13 +154,21 @@ class EpochCoordinator:
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop cutting, and hand nothing more over: the hand-off in flight gets :data:`STOP_WAIT_S` to finish;
+        the epochs still queued are sealed and logged, and the next launch re-cuts them (see the module
+        docstring). ``flush`` first for a consumer that must have every sealed epoch."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-        self._drain()
         with self._queued:
             self._queued.notify_all()
-        self._handoff.join(timeout=60)
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._handoff.join(timeout=STOP_WAIT_S)
+        if self._handoff.is_alive():
+            log.warning("stopping with the hand-off of a batch still running after %.0f s; the next launch re-cuts it", STOP_WAIT_S)
+        with self._queued:
+            left = len(self._queue)
+        if left:
+            log.info("stopping with %d sealed epochs not handed to the consumer; the next launch re-cuts them", left)
         self._log.close()
 
     def report_progress(self, progress: dict[str, tuple], read_at: float, records: int) -> dict[str, int]:
@@ -168,12 +187,16 @@ class EpochCoordinator:
             return self._durable
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
+        wait = self._interval
+        while not self._stop.wait(wait):
             try:
-                self.cut()
+                info = self.cut()
             except Exception:  # noqa: BLE001 - the failed epoch is recorded; cutting stops
                 log.exception("epoch failed; the coordinator stops cutting")
                 return
+            # Logged epochs are re-cut back to back, as fast as the sources deliver them again: a recovery
+            # catches up at their pace, not one epoch per interval (and what queues meanwhile is merged).
+            wait = 0.0 if info is not None and self._replay else self._interval
 
     def cut(self) -> EpochInfo | None:
         """Cut, log, apply and seal one epoch now. Returns its info, or None when nothing new was delivered."""
@@ -245,7 +268,7 @@ class EpochCoordinator:
                 )
             if self._consumer is not None or checkpoint is not None:
                 with self._queued:
-                    while len(self._queue) >= MAX_QUEUED and not self._failed:
+                    while len(self._queue) >= MAX_QUEUED and not self._failed and not self._stop.is_set():
                         self._queued.wait(1.0)
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued.notify_all()
@@ -274,7 +297,8 @@ class EpochCoordinator:
 
     # -- the hand-off thread -----------------------------------------------------------------
     def _next_batch(self) -> list:
-        """Everything queued, up to and including the first checkpoint epoch (caller holds the lock).
+        """Everything queued, up to and including the first checkpoint epoch, or the first re-cut epoch
+        that was ranked before the crash (caller holds the lock).
 
         An epoch the checkpoint budget passed over ends the batch all the same, so the ranked results
         keep coming every --checkpoint-every epochs at least: with batches of up to MAX_QUEUED epochs
@@ -284,10 +308,8 @@ class EpochCoordinator:
         while self._queue:
             item = self._queue.popleft()
             batch.append(item)
-            # A re-cut epoch of the log is handed over alone: it was ranked on its own before the
-            # crash, and is published again exactly as it was.
             boundary = bool(every and self._checkpoints and item[0].epoch % every == 0)  # checkpointed or passed over
-            if boundary or item[3] or (self._queue and self._queue[0][3]):
+            if boundary or (item[3] and item[0].epoch in self._ranked_before):
                 break
         return batch
 
@@ -296,8 +318,8 @@ class EpochCoordinator:
             with self._queued:
                 while not self._queue and not self._stop.is_set():
                     self._queued.wait()
-                if not self._queue:
-                    return
+                if self._stop.is_set():
+                    return  # what is queued stays sealed and logged for the next launch
                 batch = self._next_batch()
                 self._busy = True
                 self._queued.notify_all()
@@ -319,6 +341,7 @@ class EpochCoordinator:
         if self._consumer is not None:
             refs = [d for _, deltas, _, _ in batch for d in deltas]
             self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
+            self._log.mark_ranked(infos[-1].epoch)
         checkpoint = batch[-1][2]
         if checkpoint is not None:
             epoch, valid, shard_refs, late = checkpoint
@@ -351,9 +374,9 @@ class EpochCoordinator:
                 log.info("epoch log compacted: %d entries before epoch %d dropped, %d kept", dropped, oldest, len(self._log))
 
     def _drain(self) -> None:
-        """Wait until the consumer has finished every sealed epoch (or the hand-off failed)."""
+        """Wait until the consumer has finished every sealed epoch (or the hand-off failed, or stopped)."""
         with self._queued:
-            while (self._queue or self._busy) and not self._failed:
+            while (self._queue or self._busy) and not self._failed and self._handoff.is_alive():
                 self._queued.wait(1.0)
 
     def flush(self) -> None:

@@ -126,6 +126,10 @@ class LogEntry:
         )
 
 
+# The epochs the consumer ranked, beside the log (see EpochLog).
+RANKED_SUFFIX = ".ranked"
+
+
 class EpochLog:
     """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
     each fsynced before its epoch is applied.
@@ -135,14 +139,26 @@ class EpochLog:
     of the newest for the operator: a service that cuts an epoch a second for months must not carry,
     and parse at every launch, a line for each of them. Appends and the compaction's rewrite take one
     lock: the cut thread appends while the hand-off thread compacts after a checkpoint.
+
+    Beside it, ``<path>.ranked`` lists the epochs the consumer ranked (:meth:`mark_ranked`), one number a
+    line: the ends of the hand-offs, each sealed epoch between two of them merged into the later one. A
+    re-cut after a crash ends its hand-offs at the same epochs, so the API, which kept the results of
+    before the crash, is served the same epochs again, and the epochs never ranked are merged as any
+    others are, not ranked one by one. The marks are a hint, not a promise: written without an fsync
+    (the next epoch's fsync usually takes them along), and a lost one only makes a re-cut merge more.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.ranked_path = path + RANKED_SUFFIX
         makedirs_durably(os.path.dirname(os.path.abspath(path)))
         self._lock = threading.Lock()
         self._lines = self._drop_torn_tail()
         self._fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
+        self._ranked_fd = os.open(self.ranked_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        marks = os.pread(self._ranked_fd, os.fstat(self._ranked_fd).st_size, 0)
+        if marks and not marks.endswith(b"\n"):
+            os.ftruncate(self._ranked_fd, marks.rfind(b"\n") + 1)  # a torn mark would run into the next one
 
     def __len__(self) -> int:
         """Entries in the file now."""
@@ -174,12 +190,24 @@ class EpochLog:
                 raise EpochLogError(f"cannot append to the epoch log {self.path}: {exc}") from exc
             self._lines += 1
 
+    def mark_ranked(self, epoch: int) -> None:
+        """The consumer ranked ``epoch`` (and merged into it every sealed epoch since the one marked before)."""
+        with self._lock:
+            if self._ranked_fd < 0:
+                return  # closed: a hand-off that outlived stop()
+            try:
+                os.write(self._ranked_fd, b"%d\n" % epoch)
+            except OSError as exc:
+                raise EpochLogError(f"cannot append to {self.ranked_path}: {exc}") from exc
+
     def compact(self, keep_from: int, keep: int = 0) -> int:
         """Drop the entries of epochs before ``keep_from``, but never one of the newest ``keep``; returns
         how many went. The file is rewritten under a temporary name, fsynced and renamed over the log,
         so a crash leaves either log, each one history. Nothing is rewritten for fewer than ``keep``
         droppable entries: with a floor, the rewrite happens once per ``keep`` epochs, not per call."""
         with self._lock:
+            if self._fd < 0:
+                return 0
             with open(self.path, "rb") as fh:
                 lines = fh.read().splitlines(keepends=True)
             epochs = [int(json.loads(raw)["epoch"]) for raw in lines]
@@ -197,6 +225,13 @@ class EpochLog:
                 fsync_dir(os.path.dirname(os.path.abspath(self.path)))
                 os.close(self._fd)
                 self._fd = open_durably(self.path, os.O_WRONLY | os.O_APPEND)
+                first = epochs[drop] if drop < len(epochs) else epochs[-1] + 1  # the marks before it go too
+                marks = [e for e in self.read_ranked(self.path) if e >= first]
+                with open(tmp, "wb") as fh:
+                    fh.write(b"".join(b"%d\n" % e for e in marks))
+                os.replace(tmp, self.ranked_path)
+                os.close(self._ranked_fd)
+                self._ranked_fd = os.open(self.ranked_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise EpochLogError(f"cannot compact the epoch log {self.path}: {exc}") from exc
             self._lines = len(lines) - drop
@@ -204,9 +239,25 @@ class EpochLog:
 
     def close(self) -> None:
         with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            for name in ("_fd", "_ranked_fd"):
+                if getattr(self, name) >= 0:
+                    os.close(getattr(self, name))
+                    setattr(self, name, -1)
+
+    @staticmethod
+    def read_ranked(path: str) -> list[int]:
+        """The epochs marked ranked beside the log at ``path``, sorted (a torn or unreadable line is skipped:
+        the marks are a hint)."""
+        try:
+            with open(path + RANKED_SUFFIX, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return []
+        out = set()
+        for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn
+            if raw.strip().isdigit():
+                out.add(int(raw))
+        return sorted(out)
 
     @staticmethod
     def read(path: str) -> list[LogEntry]:

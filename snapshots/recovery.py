@@ -32,6 +32,8 @@ class RecoveryPlan:
     replay: tuple[LogEntry, ...]
     watermark: float | None = None  # the restored epoch's (W only grows: the next ones go on from it)
     late: int = 0  # late transactions up to the restored epoch; the re-cut epochs add theirs again
+    # The epochs to re-cut that were ranked before (see EpochLog): the re-cut's hand-offs end at them.
+    ranked: frozenset[int] = frozenset()
 
     @property
     def newest_vector(self) -> dict[str, int]:
@@ -47,6 +49,7 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
     ``shards``: the shard count asked for, which a checkpoint must match (None: take the checkpoint's)."""
     data_dir = Path(data_dir)
     entries = EpochLog.read(str(data_dir / "epochs.log"))
+    ranked = frozenset(EpochLog.read_ranked(str(data_dir / "epochs.log")))
     manifest = CheckpointStore(data_dir).latest() if use_checkpoints else None
     if manifest is not None:
         if shards and sorted(manifest.shards) != list(range(shards)):
@@ -63,7 +66,8 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
         log.info("resuming from the checkpoint of epoch %d (%d logged epochs to re-cut)", manifest.epoch, len(replay))
         watermark = next((e.watermark for e in entries if e.epoch == manifest.epoch), None)
         return manifest, RecoveryPlan(
-            manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark, manifest.late
+            manifest.epoch, dict(manifest.vector), dict(manifest.valid), replay, watermark, manifest.late,
+            ranked & {e.epoch for e in replay},
         )
     if entries and entries[0].epoch > 1:
         # The log was compacted: the epochs before its first entry live only in checkpoints.
@@ -75,5 +79,5 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
         )
     if entries:
         log.info("no checkpoint: re-cutting the %d logged epochs from an empty graph", len(entries))
-        return None, RecoveryPlan(0, {}, {}, tuple(entries))
+        return None, RecoveryPlan(0, {}, {}, tuple(entries), ranked=ranked & {e.epoch for e in entries})
     return None, None

@@ -1,4 +1,5 @@
-"""The epoch log's compaction: it reaches back to the oldest checkpoint kept, and no further.
+"""The epoch log's compaction (it reaches back to the oldest checkpoint kept, and no further) and the
+marks of the epochs ranked, which a re-cut ends its hand-offs at.
 
 The pipeline's side (crashes with a compacted log, the fallback to the older
 checkpoint) runs in ``tests/pulsegraph/test_recovery.py`` with ``epoch_log_keep=0``.
@@ -80,3 +81,36 @@ def test_a_checkpoint_the_log_no_longer_follows_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="epochs between are lost"):
         plan_recovery(tmp_path, True, shards=1)
     assert os.path.exists(tmp_path / "epochs.log")
+
+
+def test_the_ranked_marks_reach_the_recovery_plan_for_the_epochs_it_re_cuts(tmp_path):
+    log = write_log(tmp_path / "epochs.log", 12)
+    for e in (2, 5, 5, 9, 12):  # 5 twice: a re-cut epoch marked again
+        log.mark_ranked(e)
+    log.close()
+    assert EpochLog.read_ranked(str(tmp_path / "epochs.log")) == [2, 5, 9, 12]
+    store = CheckpointStore(tmp_path)
+    store.commit(6, {"p": 60}, {"p": 60}, {0: store.write_shard(6, 0, b"state")})
+    _, plan = plan_recovery(tmp_path, True, shards=1)
+    assert [e.epoch for e in plan.replay] == [7, 8, 9, 10, 11, 12] and plan.ranked == {9, 12}
+    _, plan = plan_recovery(tmp_path, False, shards=1)
+    assert plan.ranked == {2, 5, 9, 12}
+
+
+def test_a_torn_ranked_mark_is_skipped_and_compaction_drops_the_marks_before_the_log(tmp_path):
+    path = tmp_path / "epochs.log"
+    log = write_log(path, 30)
+    for e in (3, 10, 20, 25):
+        log.mark_ranked(e)
+    log.close()
+    with open(str(path) + ".ranked", "ab") as fh:
+        fh.write(b"2")  # a crash mid-write of the mark of epoch 29 (say)
+    assert EpochLog.read_ranked(str(path)) == [3, 10, 20, 25]
+    log = EpochLog(str(path))
+    log.mark_ranked(29)
+    assert EpochLog.read_ranked(str(path)) == [3, 10, 20, 25, 29], "the torn mark was cut, not joined to the next"
+    assert log.compact(20) == 19
+    log.mark_ranked(30)
+    log.close()
+    assert EpochLog.read_ranked(str(path)) == [20, 25, 29, 30]
+    assert EpochLog.read_ranked(str(tmp_path / "elsewhere.log")) == [], "no marks: a log from before them"
