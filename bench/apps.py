@@ -3,11 +3,13 @@
 Builds the graph of ``--tweets`` synthetic tweets (the power-law source the
 service runs on), cut into ``--epochs`` epochs through the applications, then
 times a full recount of every hashtag (``_count_from(..., None)``), the part
-that runs on the side and makes the published curves lag (``as_of``). Prints
-a Markdown table row for BENCHMARKS.md: the graph's size and the median of
-``--repeat`` recounts.
+that runs on the side and makes the published curves lag (``as_of``), and
+traces its peak memory (tracemalloc: NumPy's and SciPy's arrays, above what
+the graph holds). Prints a Markdown table row for BENCHMARKS.md: the graph's
+size, the median of ``--repeat`` recounts and the largest peak.
 
     .venv/bin/python -m bench.apps --tweets 200000 --epochs 4
+    .venv/bin/python -m bench.apps --tweets 1000000 --users 3000000 --hashtags 100000   # the soak's stream
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+import tracemalloc
 
 import numpy as np
 
@@ -68,20 +71,26 @@ def main() -> int:
     ap.add_argument("--tweets", type=int, default=200_000)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--users", type=int, default=20_000)
+    ap.add_argument("--hashtags", type=int, default=1_000)
     args = ap.parse_args()
-    g, apps = build(args.tweets, args.epochs)
+    g, apps = build(args.tweets, args.epochs, users=args.users, hashtags=args.hashtags)
     graph = AppGraph.build(g, args.epochs)
     inputs = _CountInputs.of(graph, apps.states["topics"])
-    times = []
+    times, peaks = [], []
     for _ in range(args.repeat):
+        tracemalloc.start()
         t0 = time.perf_counter()
         topics = _count_from(inputs, None)
         times.append(time.perf_counter() - t0)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
     mentions, tags, pairs = sizes(graph)
     print(f"machine: {machine()}")
-    print("| tweets | vertices | mentions / tags edges | hashtags | exposure pairs | full K-exposure recount ms (median) |")
-    print(f"| {args.tweets:,} | {graph.n:,} | {mentions:,} / {tags:,} | {len(topics):,} | {pairs:,} "
-          f"| {statistics.median(times) * 1000:.0f} |")
+    print("| tweets | users / hashtags | vertices | mentions / tags edges | hashtags tagged | exposure pairs "
+          "| full K-exposure recount ms (median) | peak MB (traced) |")
+    print(f"| {args.tweets:,} | {args.users:,} / {args.hashtags:,} | {graph.n:,} | {mentions:,} / {tags:,} | {len(topics):,} "
+          f"| {pairs:,} | {statistics.median(times) * 1000:.0f} | {max(peaks) / 1e6:.0f} |")
     return 0
 
 

@@ -30,6 +30,7 @@ are recounted.
 
 from __future__ import annotations
 
+import itertools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ MENTIONS = "mentions"
 # The curve's points: p(1..8), as Kineograph and the dashboard show it.
 MAX_K = 8
 # A recount holds at most about this many (user, hashtag) exposure pairs at once (~16 bytes each
-# in SciPy's product): users are counted in chunks under it. On a power-law mention graph the pairs
+# in SciPy's product; ~60 in the split of the adopters' exposures): users, and mention edges, are
+# counted in chunks under it. On a power-law mention graph the pairs
 # grow with users times the hashtags of the hubs they mention (204 M at 800 k edges of the synthetic
 # stream, 3 GB in one product), so an unchunked count grows faster than the graph.
 COUNT_CHUNK_PAIRS = 4_000_000
@@ -136,25 +138,7 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
     adoptions = sp.csr_matrix((np.ones(len(av), np.int32), (av, col)), shape=(n, len(tags)))
     hist = _exposure_histogram(mentions, adoptions, levels)
-    # Mentions u -> v between two adopters of one hashtag: expand the hashtags of the end with fewer
-    # of them and look each up at the other end (self-mentions meet themselves, as in the product).
-    asort = np.argsort(akey)
-    sorted_akey = akey[asort]  # by user, then hashtag: a_ptr delimits each user's adoptions in it
-    a_ptr = np.concatenate([[0], np.cumsum(np.bincount(av, minlength=n))])
-    tagged = np.diff(a_ptr)
-    e_src = np.repeat(np.arange(n), np.diff(out_ptr))
-    src_near = tagged[e_src] <= tagged[out_idx]
-    near = np.where(src_near, e_src, out_idx)
-    far = np.where(src_near, out_idx, e_src)
-    at, edge = expand(a_ptr, np.arange(len(av)), near)
-    look = _pack(far[edge], sorted_akey[at] & _LOW)
-    found = np.minimum(np.searchsorted(sorted_akey, look), len(akey) - 1)
-    hit = sorted_akey[found] == look
-    a_near, a_far, u_near = asort[at[hit]], asort[found[hit]], src_near[edge[hit]]
-    mentioner = np.where(u_near, a_near, a_far)
-    mentioned = np.where(u_near, a_far, a_near)
-    seen = np.bincount(mentioner, minlength=len(av))
-    before = np.bincount(mentioner[rank[mentioned] < rank[mentioner]], minlength=len(av))
+    seen, before = _adopter_exposures(akey, av, rank, n, out_ptr, out_idx)
     # An adopter reached only the levels of the exposures before it: move its entry's count there
     # (one without exposures has no entry, and moves nothing from level 0 to level 0).
     base = col * levels
@@ -168,6 +152,70 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     for i, h in enumerate(tags.tolist()):
         out[h] = Topic(int(usage[i]), int(users[i]), reached[i].copy(), adopted[i, 1:].copy())
     return out
+
+
+def _adopter_exposures(
+    akey: np.ndarray, av: np.ndarray, rank: np.ndarray, n: int, out_ptr: np.ndarray, out_idx: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per adoption (user, hashtag): the adopters of the hashtag the user mentions (``seen``), and those of
+    them that adopted before it (``before``, by ``rank``).
+
+    The mentions u -> v between two adopters of one hashtag: the hashtags of the end that tagged fewer
+    are expanded and each looked up at the other end (self-mentions meet themselves, as in the product).
+    The mention edges are taken in chunks whose expansions hold a quarter of :data:`COUNT_CHUNK_PAIRS`
+    pairs (as many bytes as a chunk of the product): all at once they held every (mention, hashtag)
+    pair of the graph, which grows faster than the graph (a 7 GB transient at 20 M edges of the
+    synthetic stream drove the compute actor over the memory budget)."""
+    asort = np.argsort(akey)
+    sorted_akey = akey[asort]  # by user, then hashtag: a_ptr delimits each user's adoptions in it
+    a_ptr = np.concatenate([[0], np.cumsum(np.bincount(av, minlength=n))])
+    tagged = np.diff(a_ptr)
+    positions = np.arange(len(av))
+    e_src = np.repeat(np.arange(n, dtype=out_idx.dtype), np.diff(out_ptr))
+    cum = np.cumsum(np.minimum(tagged[e_src], tagged[out_idx]))  # the pairs each edge expands to, summed
+    seen = np.zeros(len(av), dtype=np.int64)
+    before = np.zeros(len(av), dtype=np.int64)
+    if not len(cum) or cum[-1] == 0:
+        return seen, before
+    # The chunks' hits are counted in batches of at least len(av): a bincount per chunk would cost
+    # O(adoptions) each time, hundreds of times over on a large graph.
+    hits: list[np.ndarray] = []
+    earlier: list[np.ndarray] = []
+
+    def count() -> None:
+        nonlocal seen, before
+        if hits:
+            seen += np.bincount(np.concatenate(hits), minlength=len(av))
+            before += np.bincount(np.concatenate(earlier), minlength=len(av))
+            hits.clear()
+            earlier.clear()
+
+    held = 0
+    chunk = max(COUNT_CHUNK_PAIRS // 4, 1)  # ~80 bytes a pair here, against ~16 in the product
+    cuts = np.searchsorted(cum, np.arange(chunk, int(cum[-1]), chunk), side="right")
+    bounds = [0, *unique(cuts).tolist(), len(cum)]
+    for lo, hi in itertools.pairwise(bounds):
+        if lo == hi:
+            continue
+        src, dst = e_src[lo:hi], out_idx[lo:hi]
+        src_near = tagged[src] <= tagged[dst]
+        near = np.where(src_near, src, dst)
+        far = np.where(src_near, dst, src)
+        at, edge = expand(a_ptr, positions, near)
+        look = _pack(far[edge], sorted_akey[at] & _LOW)
+        found = np.minimum(np.searchsorted(sorted_akey, look), len(akey) - 1)
+        hit = sorted_akey[found] == look
+        a_near, a_far, u_near = asort[at[hit]], asort[found[hit]], src_near[edge[hit]]
+        mentioner = np.where(u_near, a_near, a_far)
+        mentioned = np.where(u_near, a_far, a_near)
+        hits.append(mentioner)
+        earlier.append(mentioner[rank[mentioned] < rank[mentioner]])
+        held += len(mentioner)
+        if held >= max(len(av), COUNT_CHUNK_PAIRS):
+            count()
+            held = 0
+    count()
+    return seen, before
 
 
 def _exposure_histogram(mentions: sp.csr_matrix, adoptions: sp.csr_matrix, levels: int) -> np.ndarray:
