@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import pickle
 import time
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from compute.ids import NameChanges
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
 from ingest.runtime import HeapTrimmer
+from snapshots.checkpoint import CheckpointStore, dumps, loads, read_verified
 from snapshots.epoch import EpochInfo
-from snapshots.checkpoint import CheckpointStore, read_verified
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class ComputeActor:
         if restore is None:
             self._stage = ComputeStage(rank_types, rank, apps, reuse_after=reuse_after)
         else:
-            saved = pickle.loads(read_verified(Path(restore[0]), restore[1]))
+            saved = loads(read_verified(Path(restore[0]), restore[1]))
             self._stage = ComputeStage.restored(saved, rank_types, rank, apps, reuse_after)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
         self._trimmer = HeapTrimmer()
@@ -73,7 +72,7 @@ class ComputeActor:
         if self._stage.epoch != epoch:
             raise RuntimeError(f"the compute stage is at epoch {self._stage.epoch}, not {epoch}")
         t0 = time.perf_counter()
-        payload = pickle.dumps(self._stage.checkpoint_state(), protocol=5)
+        payload = dumps(self._stage.checkpoint_state())
         return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", payload), time.perf_counter() - t0
 
     def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], NameChanges]:

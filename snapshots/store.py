@@ -17,7 +17,6 @@ Why the state is a pure function of the epoch vector:
 
 from __future__ import annotations
 
-import pickle
 from typing import cast
 
 import numpy as np
@@ -25,12 +24,14 @@ import numpy as np
 from ingest.arrays import unique
 from ingest.batch import ShardBatch
 from snapshots.attrs import AttrTable, Stamps, decode, encode
+from snapshots.checkpoint import dumps, loads
 from snapshots.delta import EpochDelta, ShardSummary
-from snapshots.exceptions import EpochOrderError
 from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
+from snapshots.exceptions import EpochOrderError
 from snapshots.growable import Column
 from snapshots.interner import Interner
 from snapshots.window import TimeLog, drop_late
+
 
 class _PartitionBuffer:
     """Transactions of one partition received but not yet covered by an epoch, as column chunks."""
@@ -367,11 +368,12 @@ class ShardStore:
         return unique(np.concatenate([e.src.view[live], e.dst.view[live], with_attrs]).astype(np.int64))
 
     # -- checkpoints --------------------------------------------------------
-    def state(self) -> bytes:
-        """The applied state (never the buffer: the source replays it from the vector) as bytes. The
-        columns are pickled from their views, uncopied: nothing changes them while this runs."""
+    def state(self) -> list:
+        """The applied state (never the buffer: the source replays it from the vector) as the chunks of a
+        checkpoint payload (:func:`snapshots.checkpoint.dumps`). The columns go out of band, as views,
+        uncopied: nothing changes them until the caller has written the chunks."""
         e = self.edges
-        return pickle.dumps(
+        return dumps(
             {
                 "shard": self.shard,
                 "epoch": self.epoch,
@@ -390,14 +392,13 @@ class ShardStore:
                     "rows": self._rows.view, "adds": self._adds.view, "late": self.late,
                 },
             },
-            protocol=5,
         )
 
     @classmethod
-    def restore(cls, payload: bytes) -> "ShardStore":
-        """A store in the state :meth:`state` saved; its next delta carries everything, so a
-        downstream stage that starts empty is rebuilt by it."""
-        st = pickle.loads(payload)
+    def restore(cls, payload: bytes | list) -> "ShardStore":
+        """A store in the state :meth:`state` saved (the file's payload, or the chunks themselves); its next
+        delta carries everything, so a downstream stage that starts empty is rebuilt by it."""
+        st = loads(payload if isinstance(payload, bytes) else b"".join(payload))
         w = st.get("window")
         # The release cadence decides which epochs release ids (and so the global ids): the saved one.
         store = cls(st["shard"], w["contributions"]["window"] if w else None, st.get("recycle_every", RECYCLE_EVERY))
