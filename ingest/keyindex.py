@@ -1,4 +1,4 @@
-"""A sorted index of distinct ``uint64`` keys, each with an ``int64`` value, that takes a batch of
+"""A sorted index of distinct ``uint64`` keys, each with an ``int32`` value, that takes a batch of
 inserts or deletions in time that follows the batch, not the index.
 
 One sorted array pays a copy of the whole index for every batch put in or taken out
@@ -18,6 +18,10 @@ A key is in one run at most, dead or alive: a key put over its tombstone is revi
 merge ever meets a key twice. Without values (``values=False``) it is a sorted set; a multimap such
 as an adjacency (vertex -> slots) packs both into the key, ``vertex << 32 | slot``, and asks for a
 :meth:`KeyIndex.range`.
+
+Values are int32: what the index maps to is a slot of a column (an edge's, in a shard and in the API's
+graph view), and a column never holds 2**31 of them in one process. The four bytes that int64 took are
+4 of the ~100 a live edge costs in each of those processes; a larger value raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,16 @@ DEAD_SHARE = 0.25
 # ... and at least this many: a small index is not rewritten for a handful of deletions.
 MIN_DEAD = 4096
 
-_NONE = np.zeros(0, np.int64)
+VALUE = np.int32
+_NONE = np.zeros(0, VALUE)
+
+
+def _values(vals) -> np.ndarray:
+    """``vals`` as the index holds them; raises ValueError for one that int32 cannot hold."""
+    vals = np.asarray(vals)
+    if len(vals) and (int(vals.max()) > np.iinfo(VALUE).max or int(vals.min()) < np.iinfo(VALUE).min):
+        raise ValueError(f"a KeyIndex value must fit in int32 (a slot), not {int(vals.max())}")
+    return vals.astype(VALUE, copy=False)
 
 
 def _take(vals: np.ndarray, sel) -> np.ndarray:
@@ -46,7 +59,7 @@ def _take(vals: np.ndarray, sel) -> np.ndarray:
 @dataclass
 class _Run:
     keys: np.ndarray  # uint64, sorted, distinct
-    vals: np.ndarray  # int64 (empty for a set)
+    vals: np.ndarray  # int32 (empty for a set)
     dead: np.ndarray  # bool
     n_dead: int = 0
 
@@ -59,7 +72,7 @@ class _Run:
 
 
 class KeyIndex:
-    """Distinct sorted uint64 keys with an int64 value each (or none: a set)."""
+    """Distinct sorted uint64 keys with an int32 value each (or none: a set)."""
 
     def __init__(self, values: bool = True) -> None:
         self._values = values
@@ -71,7 +84,7 @@ class KeyIndex:
     def from_sorted(cls, keys: np.ndarray, vals: np.ndarray | None = None) -> KeyIndex:
         """An index of ``keys`` (sorted, distinct) and their ``vals``, in one run."""
         idx = cls(values=vals is not None)
-        idx._append(np.asarray(keys, np.uint64), _NONE if vals is None else np.asarray(vals, np.int64))
+        idx._append(np.asarray(keys, np.uint64), _NONE if vals is None else _values(vals))
         return idx
 
     def __len__(self) -> int:
@@ -126,7 +139,7 @@ class KeyIndex:
         keys = np.asarray(keys, np.uint64)
         if not len(keys):
             return
-        vals = np.asarray(vals, np.int64) if self._values else _NONE
+        vals = _values(vals) if self._values else _NONE
         rest = np.ones(len(keys), bool)
         for r, pos, at in self._find(keys):
             rest[at] = False
@@ -221,6 +234,6 @@ class KeyIndex:
         keys[at], keys[rest] = kb, ka
         vals = _NONE
         if self._values:
-            vals = np.empty(len(rest), np.int64)
+            vals = np.empty(len(rest), VALUE)
             vals[at], vals[rest] = vb, va
         self._append(keys, vals, counted=True)
