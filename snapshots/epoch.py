@@ -155,7 +155,7 @@ class EpochLog:
         self._lock = threading.Lock()
         self._lines = self._drop_torn_tail()
         self._fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
-        self._ranked_fd = os.open(self.ranked_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._ranked_fd = open_durably(self.ranked_path, os.O_RDWR | os.O_APPEND)  # its name as durable as the log's
         marks = os.pread(self._ranked_fd, os.fstat(self._ranked_fd).st_size, 0)
         if marks and not marks.endswith(b"\n"):
             os.ftruncate(self._ranked_fd, marks.rfind(b"\n") + 1)  # a torn mark would run into the next one
@@ -231,7 +231,7 @@ class EpochLog:
                     fh.write(b"".join(b"%d\n" % e for e in marks))
                 os.replace(tmp, self.ranked_path)
                 os.close(self._ranked_fd)
-                self._ranked_fd = os.open(self.ranked_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._ranked_fd = open_durably(self.ranked_path, os.O_WRONLY | os.O_APPEND)
             except OSError as exc:
                 raise EpochLogError(f"cannot compact the epoch log {self.path}: {exc}") from exc
             self._lines = len(lines) - drop
