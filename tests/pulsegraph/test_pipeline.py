@@ -211,3 +211,24 @@ def test_events_appended_to_the_embedded_log_join_the_synthetic_stream(ray_clust
         assert [json.loads(x)["partition"] for x in letters] == ["events:0"]
     finally:
         p.stop()
+
+
+def test_a_paced_stream_is_read_in_rounds_of_at_least_50_ms_not_record_by_record(ray_cluster, tmp_path):
+    """Each round costs a call to every shard and a progress report: at a paced rate an ingest actor waits
+    for the next round to gather what arrives (ingest.actor.ROUND_MIN_S) instead of calling per record."""
+    lines = edge_lines(400, seed=3)
+    write(tmp_path / "events.jsonl", lines)
+    shards = [ShardActor.remote(i) for i in range(2)]
+    coord = EpochCoordinator.remote(shards, None, str(tmp_path / "epochs.log"), None)
+    spec = SourceSpec(kind="file", path=str(tmp_path / "events.jsonl"), rate=200.0)
+    ingest = IngestActor.remote(0, spec, ["file:0"], {}, "edges", shards, coord, str(tmp_path / "dl.jsonl"), 1000)
+    ray.get(ingest.start.remote())
+    try:
+        time.sleep(1.5)
+        status = ray.get(ingest.status.remote())
+    finally:
+        ray.get(ingest.stop.remote())
+        for a in [ingest, coord, *shards]:
+            ray.kill(a)
+    assert status["records"] > 100, status
+    assert status["rounds"] <= 1.5 / 0.05 + 5, f"{status['rounds']} rounds for {status['records']} records in 1.5 s"
