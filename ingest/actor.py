@@ -148,13 +148,13 @@ class IngestActor:
                 if current.records == 0 and not current.progress:
                     time.sleep(IDLE_SLEEP_S)
                     continue
-                pending = current
                 self._trimmer.maybe_trim()
                 if current.records < self._batch_size * len(self._parts):
                     # Not behind: report this round now, and let the next one gather what arrives meanwhile.
                     self._finish(current)
-                    pending = None
                     self._stop.wait(max(0.0, ROUND_MIN_S - (time.time() - current.read_at)))
+                else:
+                    pending = current
             if pending is not None:
                 self._finish(pending)
         except Exception as exc:  # noqa: BLE001 - surfaced through status() and the log

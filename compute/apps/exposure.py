@@ -154,6 +154,13 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     return out
 
 
+def _chunk_starts(cum: np.ndarray, budget: int) -> np.ndarray:
+    """Where the chunks of a run of items start, given the running sum ``cum`` of their sizes: chunk c takes
+    the items whose running sum falls in ``[c * budget, (c + 1) * budget)`` (an item larger than the budget
+    is a chunk alone)."""
+    return unique(np.searchsorted(cum, np.arange(budget, int(cum[-1]), budget), side="right"))
+
+
 def _adopter_exposures(
     akey: np.ndarray, av: np.ndarray, rank: np.ndarray, n: int, out_ptr: np.ndarray, out_idx: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +198,8 @@ def _adopter_exposures(
             earlier.clear()
 
     held = 0
-    chunk = max(COUNT_CHUNK_PAIRS // 4, 1)  # ~80 bytes a pair here, against ~16 in the product
-    cuts = np.searchsorted(cum, np.arange(chunk, int(cum[-1]), chunk), side="right")
-    bounds = [0, *unique(cuts).tolist(), len(cum)]
-    for lo, hi in itertools.pairwise(bounds):
+    starts = _chunk_starts(cum, max(COUNT_CHUNK_PAIRS // 4, 1))  # ~80 bytes a pair here, against ~16 in the product
+    for lo, hi in itertools.pairwise([0, *starts.tolist(), len(cum)]):
         if lo == hi:
             continue
         src, dst = e_src[lo:hi], out_idx[lo:hi]
@@ -228,10 +233,7 @@ def _exposure_histogram(mentions: sp.csr_matrix, adoptions: sp.csr_matrix, level
     users = np.flatnonzero(bound)
     if not len(users):
         return hist
-    cum = np.cumsum(bound[users])
-    # Chunk c takes the users whose running bound falls in [c * budget, (c + 1) * budget).
-    cuts = np.searchsorted(cum, np.arange(COUNT_CHUNK_PAIRS, int(cum[-1]), COUNT_CHUNK_PAIRS), side="right")
-    for chunk in np.split(users, unique(cuts)):
+    for chunk in np.split(users, _chunk_starts(np.cumsum(bound[users]), COUNT_CHUNK_PAIRS)):
         if not len(chunk):
             continue
         x = mentions[chunk] @ adoptions
