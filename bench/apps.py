@@ -15,13 +15,12 @@ size, the median of ``--repeat`` recounts and the largest peak.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
-import tracemalloc
 
 import numpy as np
 
+from bench.index import measure
 from bench.machine import describe as machine
 from compute.apps.base import AppGraph, csr_pairs
 from compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
@@ -33,12 +32,12 @@ from ingest.transforms import get_transform
 from snapshots.store import ShardStore
 
 
-def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashtags: int = 1_000):
-    """(graph, applications) after ``tweets`` synthetic tweets, sealed in ``epochs`` equal epochs."""
+def filled_shards(tweets: int, shards: int, users: int, hashtags: int) -> list[ShardStore]:
+    """Shard stores that received ``tweets`` synthetic tweets on partition "p", nothing applied yet."""
     spec = SourceSpec("synthetic", partitions=1, limit=tweets, users=users, hashtags=hashtags)
     (part,) = open_partitions(spec, ["synthetic:0"], {})
     transform = get_transform("tweets")
-    stores, g, apps, router = [ShardStore(i) for i in range(shards)], GlobalGraph(), Applications(), Router(shards)
+    stores, router = [ShardStore(i) for i in range(shards)], Router(shards)
     t0 = time.monotonic()
     while not part.exhausted():
         for rec in part.next_batch(10_000):
@@ -48,6 +47,12 @@ def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashta
     print(file=sys.stderr)
     for store, batch in zip(stores, router.take()):
         store.receive(batch)
+    return stores
+
+
+def build(tweets: int, epochs: int, shards: int = 2, users: int = 20_000, hashtags: int = 1_000):
+    """(graph, applications) after ``tweets`` synthetic tweets, sealed in ``epochs`` equal epochs."""
+    stores, g, apps = filled_shards(tweets, shards, users, hashtags), GlobalGraph(), Applications()
     for epoch in range(1, epochs + 1):
         merged = [g.apply_with_previous(s.apply(epoch, {"p": tweets * epoch // epochs})[1]) for s in stores]
         changes = EdgeChanges.concat([c for c, _ in merged])
@@ -77,20 +82,14 @@ def main() -> int:
     g, apps = build(args.tweets, args.epochs, users=args.users, hashtags=args.hashtags)
     graph = AppGraph.build(g, args.epochs)
     inputs = _CountInputs.of(graph, apps.states["topics"])
-    times, peaks = [], []
-    for _ in range(args.repeat):
-        tracemalloc.start()
-        t0 = time.perf_counter()
-        topics = _count_from(inputs, None)
-        times.append(time.perf_counter() - t0)
-        peaks.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
+    topics: dict = {}
+    run = measure(lambda _: topics.update(_count_from(inputs, None)), args.repeat)
     mentions, tags, pairs = sizes(graph)
     print(f"machine: {machine()}")
     print("| tweets | users / hashtags | vertices | mentions / tags edges | hashtags tagged | exposure pairs "
           "| full K-exposure recount ms (median) | peak MB (traced) |")
     print(f"| {args.tweets:,} | {args.users:,} / {args.hashtags:,} | {graph.n:,} | {mentions:,} / {tags:,} | {len(topics):,} "
-          f"| {pairs:,} | {statistics.median(times) * 1000:.0f} | {max(peaks) / 1e6:.0f} |")
+          f"| {pairs:,} | {run['median_ms']:.0f} | {run['peak_mb']:.0f} |")
     return 0
 
 

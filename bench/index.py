@@ -34,7 +34,9 @@ def _changes(src: np.ndarray, dst: np.ndarray, mult: np.ndarray) -> EdgeChanges:
                        mult=mult.astype(np.int64), weight=mult.astype(np.int64) * 1000)
 
 
-def _measure(step, epochs: int) -> dict:
+def measure(step, epochs: int) -> dict:
+    """``step(e)`` for ``e`` in ``range(epochs)``: the median and largest ms, and tracemalloc's largest and
+    median peak (MB) above what was held before each call (the other benches time their steps with it)."""
     times, peaks = [], []
     tracemalloc.start()
     try:
@@ -67,7 +69,7 @@ def graph_view(edges: int, changes: int, epochs: int, retain: int, seed: int) ->
         g.apply(first + e, _changes(np.r_[ns, src[old]], np.r_[nd, dst[old]], np.r_[np.ones(half), np.zeros(half)]))
         src[old], dst[old] = ns, nd  # the ended edges' places hold the new ones
 
-    out = _measure(step, epochs)
+    out = measure(step, epochs)
     out["bytes"] = g.nbytes
     return out
 
@@ -89,7 +91,7 @@ def edge_table(edges: int, changes: int, epochs: int, seed: int) -> dict:
         t.weight.view[gone] = 0
         t.release(gone)
 
-    out = _measure(step, epochs)
+    out = measure(step, epochs)
     out["bytes"] = t.nbytes
     return out
 
