@@ -76,10 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     stage, api = ComputeStage(("mentions",)), ResultStore(args.retain, archive)
     t0 = time.perf_counter()
     stream = sealed_epochs(args.events, args.per_epoch, args.users, args.hashtags, args.partitions, args.shards)
+    last = -1
     for info, deltas, stores in stream:
         known = len(api.names)
         result = stage.apply([SealedEpoch(info, deltas)])
-        api.add([result], stage.graph.names[known:])
+        # What the compute actor's results_after sends the API's feed: the name changes since its last pull.
+        api.add([result], stage.graph.name_changes(last, known))
+        stage.graph.forget_renames(result.epoch)
+        last = result.epoch
     built = time.perf_counter() - t0
     edges, vertices = stage.graph.live_edges(), stage.graph.n
     # One set of counted objects per process: in the service each stage holds its own copies (names

@@ -6,11 +6,15 @@ every live edge type out and in (each with its count of live typed edges, and th
 degrees), and, per edge type asked for, its live edges with their multiplicity and first add
 time (K-exposure's edge lists and first-seen index).
 
-A table is a base (its entries' keys ``row << 32 | col``, sorted, and a row pointer into them,
+A table is a base (a row pointer and its entries' cols, int32 and sorted within each row: a CSR,
 built at compaction and never written after) with an alive flag and value columns per base
-entry, plus an overlay of entries added since, sorted by key. An epoch marks the base entries
+entry, plus an overlay of entries added since, keyed ``row << 32 | col`` and sorted. An epoch marks the base entries
 it removes dead, revives or rewrites the ones it re-adds, and inserts the rest into the
-overlay: two binary searches per changed entry and one copy of the overlay. When the overlay
+overlay: a binary search within the entry's row of the base and one in the overlay per changed
+entry, and one copy of the overlay. A base entry costs 4 bytes of col and 1 of alive flag (a
+sorted int64 key per entry, the layout before, cost 8 and let one ``searchsorted`` find it; the
+search within rows is as quick on an epoch's changes and 3-4 bytes per live edge cheaper over the
+tables, BENCHMARKS.md). When the overlay
 and the dead entries pass ``compact_fraction`` of the base, the table is rebuilt from its own
 entries in O(entries + vertices): amortized, the work per epoch follows the change. Only the
 first epoch and a full delta (after a restore) build from the graph's columns.
@@ -80,10 +84,10 @@ class Found(NamedTuple):
 class RowTable:
     """Distinct ``(row, col)`` entries with value columns, read row by row (see the module docstring).
 
-    The base holds its entries' keys (``row << 32 | col``, sorted: a lookup is one binary search)
-    and a row pointer into them (a frontier row's entries in O(1)). ``ptr`` and ``key`` of a base
-    are never written once built (a compaction replaces them), so a reader on another thread may
-    keep them; ``alive`` and the value columns change in place."""
+    The base is a row pointer and the entries' cols (int32, sorted within each row: a lookup is a
+    binary search within its row, a frontier row's entries are one range). ``ptr`` and ``col`` of a
+    base are never written once built (a compaction replaces them), so a reader on another thread
+    may keep them; ``alive`` and the value columns change in place."""
 
     def __init__(self, values: dict[str, type | np.dtype] | None = None, compact_fraction: float = COMPACT_FRACTION,
                  compact_min: int = COMPACT_MIN) -> None:
@@ -92,7 +96,7 @@ class RowTable:
         self.compact_min = compact_min
         self.n = 0  # rows addressable; the base covers the first len(ptr) - 1 of them
         self.ptr = np.zeros(1, dtype=np.int64)
-        self.key = np.zeros(0, dtype=np.int64)
+        self.col = np.zeros(0, dtype=np.int32)
         self.alive = np.zeros(0, dtype=bool)
         self.vals = {k: np.zeros(0, dtype=dt) for k, dt in self.dtypes.items()}
         self.dead = 0
@@ -108,9 +112,9 @@ class RowTable:
                      **kw) -> RowTable:
         """A table of distinct entries (any order) over ``n`` rows."""
         t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
-        keys = pack(rows, cols)
-        order = np.argsort(keys, kind="stable")
-        t._set_base(n, keys[order], {k: np.asarray(v)[order] for k, v in (values or {}).items()})
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        order = np.argsort(pack(rows, cols), kind="stable")
+        t._set_base(n, np.bincount(rows, minlength=n), cols[order], {k: np.asarray(v)[order] for k, v in (values or {}).items()})
         return t
 
     @classmethod
@@ -118,22 +122,22 @@ class RowTable:
                  **kw) -> RowTable:
         """A table of a CSR's entries (distinct, cols sorted within rows) over its rows."""
         t = cls({k: v.dtype for k, v in (values or {}).items()}, **kw)
-        n = len(indptr) - 1
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        t.n = n
+        t.n = len(indptr) - 1
         t.ptr = np.asarray(indptr, dtype=np.int64)
-        t.key = pack(rows, indices)
-        t.alive = np.ones(len(t.key), dtype=bool)
+        t.col = np.asarray(indices, dtype=np.int32)
+        t.alive = np.ones(len(t.col), dtype=bool)
         t.vals = {k: np.asarray(v, dtype=t.dtypes[k]) for k, v in (values or {}).items()}
         return t
 
-    def _set_base(self, n: int, keys: np.ndarray, vals: dict[str, np.ndarray]) -> None:
-        """The base from sorted keys and their values; the overlay is emptied."""
-        self.n = max(self.n, n)
+    def _set_base(self, n: int, counts: np.ndarray, cols: np.ndarray, vals: dict[str, np.ndarray]) -> None:
+        """The base from the entries per row (``counts``, over at most ``n`` rows), their cols in
+        (row, col) order and their values; the overlay is emptied."""
+        self.n = max(self.n, n, len(counts))
         self.ptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys >> _SHIFT, minlength=self.n), out=self.ptr[1:])
-        self.key = keys
-        self.alive = np.ones(len(keys), dtype=bool)
+        np.cumsum(counts, out=self.ptr[1 : len(counts) + 1])
+        self.ptr[len(counts) + 1 :] = self.ptr[len(counts)]
+        self.col = np.asarray(cols, dtype=np.int32)
+        self.alive = np.ones(len(cols), dtype=bool)
         self.vals = {k: np.asarray(vals[k], dtype=dt) for k, dt in self.dtypes.items()}
         self.dead = 0
         self.ov_key = np.zeros(0, dtype=np.int64)
@@ -149,7 +153,7 @@ class RowTable:
     @property
     def nnz(self) -> int:
         """Live entries."""
-        return len(self.key) - self.dead + len(self.ov_key)
+        return len(self.col) - self.dead + len(self.ov_key)
 
     @property
     def overlay(self) -> int:
@@ -162,10 +166,11 @@ class RowTable:
         the keys the base does not hold."""
         base = np.full(len(keys), -1, dtype=np.int64)
         dead = np.full(len(keys), -1, dtype=np.int64)
-        if len(self.key):
-            pos = np.searchsorted(self.key, keys)
-            hit = pos < len(self.key)
-            hit[hit] = self.key[pos[hit]] == keys[hit]
+        if len(self.col):
+            rows, cols = keys >> _SHIFT, keys & _LOW
+            pos, end = self._lower_bound(rows, cols)
+            hit = pos < end
+            hit[hit] = self.col[pos[hit]] == cols[hit]
             at = pos[hit]
             live = self.alive[at]
             base[np.flatnonzero(hit)[live]] = at[live]
@@ -181,6 +186,23 @@ class RowTable:
             hit[hit] = self.ov_key[pos[hit]] == keys[rest[hit]]
             over[rest[hit]] = pos[hit]
         return Found(base, dead, over, where)
+
+    def _lower_bound(self, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per (row, col): the position of the row's first base entry whose col is not below ``col``
+        (the row's end where there is none), and the row's end. A binary search within each row, all
+        rows at once: as many rounds as the longest row searched has bits."""
+        nb = len(self.ptr) - 1
+        lo = self.ptr[np.minimum(rows, nb)]  # a row past the base: an empty range at the end
+        end = self.ptr[np.minimum(rows + 1, nb)]
+        hi = end.copy()
+        todo = np.flatnonzero(lo < hi)
+        while len(todo):
+            mid = (lo[todo] + hi[todo]) >> 1
+            below = self.col[mid] < cols[todo]
+            lo[todo[below]] = mid[below] + 1
+            hi[todo[~below]] = mid[~below]
+            todo = todo[lo[todo] < hi[todo]]
+        return lo, end
 
     def value(self, found: Found, name: str, default) -> np.ndarray:
         """The ``name`` value at positions from :meth:`find` (``default`` where there is no live entry)."""
@@ -235,7 +257,7 @@ class RowTable:
             for k in self.dtypes:
                 self.ov_vals[k] = np.insert(np.delete(self.ov_vals[k], drop), at, values[k][new])
             self._ov_ptr = None
-        if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.key)):
+        if len(self.ov_key) + self.dead > max(self.compact_min, self.compact_fraction * len(self.col)):
             self.compact()
 
     def upsert(self, rows: np.ndarray, cols: np.ndarray, values: dict[str, np.ndarray] | None = None) -> None:
@@ -251,8 +273,8 @@ class RowTable:
 
     def compact(self) -> None:
         """Rebuild the base from the live entries: no overlay, nothing dead."""
-        keys, vals = self._merged(*self.dtypes)
-        self._set_base(self.n, keys, dict(zip(self.dtypes, vals)))
+        counts, cols, vals = self._merged(*self.dtypes)
+        self._set_base(self.n, counts, cols, dict(zip(self.dtypes, vals)))
         self.compactions += 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -267,7 +289,7 @@ class RowTable:
         if self.dead and len(pos):
             keep = self.alive[pos]
             pos, owner = pos[keep], owner[keep]
-        cols = self.key[pos] & _LOW
+        cols = self.col[pos].astype(np.int64)
         if not len(self.ov_key) or not len(f):
             return cols, owner
         if self._ov_ptr is None and len(f) * _DENSE_FRONTIER >= self.n:
@@ -283,38 +305,54 @@ class RowTable:
             return cols, owner
         return np.concatenate([cols, self.ov_key[opos] & _LOW]), np.concatenate([owner, oown])
 
-    def _merged(self, *names: str) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(keys, [values of each name]) of every live entry, sorted, as new arrays."""
-        keys = self.key
-        vals = [self.vals[k] for k in names]
+    def _merged(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(live entries per row over :attr:`n` rows, their cols (int32) in (row, col) order, [values of
+        each name]) of every live entry, as new arrays."""
+        nb = len(self.ptr) - 1
+        counts = np.zeros(self.n, dtype=np.int64)
+        counts[:nb] = np.diff(self.ptr)
+        cols, vals = self.col, [self.vals[k] for k in names]
         if self.dead:
-            keys, vals = keys[self.alive], [v[self.alive] for v in vals]
+            # The dead entries each row loses: a count of the dead positions' rows.
+            dead_at = np.flatnonzero(~self.alive)
+            counts[:nb] -= np.bincount(np.searchsorted(self.ptr, dead_at, side="right") - 1, minlength=nb)
         if len(self.ov_key):
-            at = np.searchsorted(keys, self.ov_key)
-            keys = np.insert(keys, at, self.ov_key)
+            ov_rows, ov_cols = self.ov_key >> _SHIFT, self.ov_key & _LOW
+            at, _ = self._lower_bound(ov_rows, ov_cols)
+            if self.dead:
+                at = at - np.cumsum(~self.alive)[at - 1] * (at > 0)  # positions among the live entries
+                keep = self.alive
+                cols, vals = cols[keep], [v[keep] for v in vals]
+            counts += np.bincount(ov_rows, minlength=self.n)
+            cols = np.insert(cols, at, ov_cols.astype(np.int32))
             vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
-        elif not self.dead:
-            keys, vals = keys.copy(), [v.copy() for v in vals]
-        return keys, vals
+        elif self.dead:
+            cols, vals = cols[self.alive], [v[self.alive] for v in vals]
+        else:
+            cols, vals = cols.copy(), [v.copy() for v in vals]
+        return counts, cols, vals
 
     def entries(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new arrays."""
-        keys, vals = self._merged(*names)
-        return keys >> _SHIFT, keys & _LOW, vals
+        """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new int64
+        rows and cols."""
+        counts, cols, vals = self._merged(*names)
+        return np.repeat(np.arange(self.n, dtype=np.int64), counts), cols.astype(np.int64), vals
 
     def csr(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(indptr over ``n`` rows, cols) of the live entries, cols sorted within rows, as new arrays."""
+        """(indptr over ``n`` rows, cols) of the live entries, cols (int32) sorted within rows. Neither
+        is written afterwards: the cols may be the base's own (never written once built)."""
         n = self.n if n is None else n
         nb = len(self.ptr) - 1
         if not self.dead and not len(self.ov_key) and n >= nb:
-            return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.key & _LOW
-        keys, _ = self._merged()
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys >> _SHIFT, minlength=n), out=ptr[1:])
-        return ptr, keys & _LOW
+            return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.col
+        counts, cols, _ = self._merged()
+        ptr = np.zeros(max(n, self.n) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1 : self.n + 1])
+        ptr[self.n + 1 :] = ptr[self.n]
+        return ptr[: n + 1], cols
 
     def nbytes(self) -> int:
-        arrays: list[np.ndarray] = [self.ptr, self.key, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
+        arrays: list[np.ndarray] = [self.ptr, self.col, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
         return sum(a.nbytes for a in arrays) + (self._ov_ptr.nbytes if self._ov_ptr is not None else 0)
 
 
