@@ -322,12 +322,13 @@ class Exposure(Application):
         unknown = np.flatnonzero(~known)
         ts[unknown] = [float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys[unknown].tolist()]
         epochs = np.where(known, 0, graph.epoch).astype(np.int64)
-        all_keys = np.concatenate([state.keys, keys])
-        order = np.argsort(all_keys, kind="stable")
+        # The new keys are sorted and none is stamped yet: inserted where they go, one copy of the stamps
+        # (a sort of all of them, as before, cost O(stamps log stamps) an epoch: ~1 s at 10 M).
+        at = np.searchsorted(state.keys, keys)
         return ExposureState(
-            all_keys[order],
-            np.concatenate([state.epochs, epochs])[order],
-            np.concatenate([state.times, ts])[order],
+            np.insert(state.keys, at, keys),
+            np.insert(state.epochs, at, epochs),
+            np.insert(state.times, at, ts),
             state.topics,
         )
 
