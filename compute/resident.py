@@ -183,19 +183,24 @@ class ResidentGraph:
         self._rebuild_overlay()
         if self._ov_out is None:
             return
-        merged = (self._base_out + self._ov_out).tocsr()
+        # Both directions the same way: base plus overlay, a linear merge of sorted rows each (the by-
+        # destination side was a transpose of the merged by-source one, a scatter over every entry:
+        # slower, and the same sums, since each entry adds the same two numbers either way).
+        self._base_out = self._merged(self._base_out, self._ov_out)
+        self._base_in = self._merged(self._base_in, self._ov_in)
+        self._ov_keys = np.zeros(0, dtype=np.int64)
+        self._ov_vals = np.zeros(0, dtype=np.float64)
+        self.compactions += 1
+        self._rebuild_overlay()
+
+    def _merged(self, base, overlay):
+        merged = (base + overlay).tocsr()
         if self.dtype != np.float64:
             # float32 sums of large fixed-point weights can miss zero by rounding; units are integers.
             merged.data = self.be.xp.rint(merged.data)
         merged.eliminate_zeros()
         merged.sort_indices()
-        self._base_out = merged
-        self._base_in = merged.T.tocsr()
-        self._base_in.sort_indices()
-        self._ov_keys = np.zeros(0, dtype=np.int64)
-        self._ov_vals = np.zeros(0, dtype=np.float64)
-        self.compactions += 1
-        self._rebuild_overlay()
+        return merged
 
     # -- the two access patterns of the algorithms ---------------------------------------------
 
