@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from compute.ids import NameChanges, VertexIds
+from compute.ids import NameChanges, NameIndex, VertexIds
 from ingest.arrays import unique
 from snapshots.attrs import AttrTable, encode, has_attrs
 from snapshots.delta import EpochDelta, weight_of
@@ -123,7 +123,7 @@ class GlobalGraph:
         return self.ids.names
 
     @property
-    def index(self) -> dict[str, int]:
+    def index(self) -> NameIndex:
         """Global id by vertex name."""
         return self.ids.index
 
@@ -228,10 +228,19 @@ class GlobalGraph:
             epoch = max((d.epoch for d in deltas), default=0)
             if self.reusing:
                 self._give_back(epoch, max((d.watermark for d in deltas if d.watermark is not None), default=None))
-            index = self.index
-            self.ids.name(sorted({n for d in deltas for n in d.new_names if n not in index}), epoch)
-            for d in sorted(deltas, key=lambda d: d.shard):
-                self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d, epoch)
+            # One lookup for every name the epoch's deltas introduce: the names no id has yet get theirs
+            # first, so each delta's names map to ids before any delta is merged.
+            new = [n for d in deltas for n in d.new_names]
+            gids = self.index.lookup(new)
+            absent = np.flatnonzero(gids < 0).tolist()
+            if absent:
+                missing = sorted({new[k] for k in absent})
+                given = dict(zip(missing, self.ids.name(missing, epoch).tolist()))
+                gids[absent] = [given[new[k]] for k in absent]
+            at = np.cumsum([0] + [len(d.new_names) for d in deltas]).tolist()
+            for k in sorted(range(len(deltas)), key=lambda k: deltas[k].shard):
+                d = deltas[k]
+                self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d, epoch, gids[at[k] : at[k + 1]])
             if deltas and all(d.full for d in deltas):
                 self.ids.restored_holders(epoch)
         order = sorted(slots)
@@ -250,7 +259,8 @@ class GlobalGraph:
         for i in self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | with_attrs[ids]).tolist():
             self.attrs.clear(i)
 
-    def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int) -> None:
+    def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int, gids: np.ndarray) -> None:
+        """Apply one shard's delta; ``gids``: the global id of each of its new names."""
         if delta.full:
             # The shard names its whole state anew: the mappings it had end here, and so does every
             # edge the delta does not name (a full delta sends the held slots only).
@@ -264,10 +274,6 @@ class GlobalGraph:
             need = int(delta.new_ids.max()) + 1 - len(ids)
             if need > 0:
                 ids.extend(np.full(need, -1, dtype=np.int64))
-            missing = [name for name in delta.new_names if name not in self.index]
-            if missing:
-                self.ids.name(sorted(set(missing)), epoch)
-            gids = np.fromiter((self.index[name] for name in delta.new_names), dtype=np.int64, count=len(delta.new_names))
             old = ids.view[delta.new_ids]
             self.ids.hold(old[old >= 0], -1, epoch)  # a local id introduced again (normally the same vertex)
             ids.view[delta.new_ids] = gids

@@ -33,7 +33,89 @@ import msgspec
 import numpy as np
 
 from ingest.arrays import unique
+from ingest.keyindex import KeyIndex
 from snapshots.growable import Column
+
+
+def _hashes(names: list[str]) -> np.ndarray:
+    """Each name's 64-bit hash as a uint64 key: Python's own string hash, salted per process, which is
+    all an index that lives in one process and is rebuilt from the names on a restore needs (and
+    computed once per string object, which caches it)."""
+    return np.fromiter((hash(name) for name in names), dtype=np.int64, count=len(names)).view(np.uint64)
+
+
+class NameIndex:
+    """Name -> id of the names in ``names`` (the list of names by id it indexes, shared, not copied).
+
+    The names' 64-bit hashes in a :class:`~ingest.keyindex.KeyIndex` (13 bytes a name) in place of a
+    dict (~70: its table, its entry and an int object per id), checked against ``names`` on every
+    lookup. A name whose hash another indexed name holds already (about one pair in 10**12 at 5 M
+    names) is kept in a dict beside it, so a clash costs a dict entry, never a wrong id. The mapping
+    methods serve single names; :meth:`lookup` and :meth:`put` do a batch at array speed."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._names = names
+        self._by_hash = KeyIndex()
+        self._clash: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, names: list[str]) -> NameIndex:
+        """The index of every non-empty name in ``names`` (``""``: an id that names no vertex)."""
+        idx = cls(names)
+        ids = np.array([i for i, name in enumerate(names) if name], dtype=np.int64)
+        idx.put([names[i] for i in ids.tolist()], ids)
+        return idx
+
+    def __len__(self) -> int:
+        return len(self._by_hash) + len(self._clash)
+
+    def lookup(self, names: list[str]) -> np.ndarray:
+        """The id of each name (int64), -1 where it is not indexed."""
+        if not names:
+            return np.zeros(0, np.int64)
+        ids = self._by_hash.get(_hashes(names))
+        held, mine = self._names, self._clash
+        for k in np.flatnonzero(ids >= 0).tolist():
+            if held[ids[k]] != names[k]:
+                ids[k] = mine.get(names[k], -1)  # the hash is another name's
+        if mine:
+            for k in np.flatnonzero(ids < 0).tolist():
+                ids[k] = mine.get(names[k], -1)
+        return ids
+
+    def put(self, names: list[str], ids: np.ndarray) -> None:
+        """Index distinct ``names`` (none indexed yet, each already at its id in the names list)."""
+        if not names:
+            return
+        ids = np.asarray(ids, dtype=np.int64)
+        h = _hashes(names)
+        # A hash held by an indexed name, or by an earlier name of this batch, goes to the clash dict.
+        taken = self._by_hash.get(h) >= 0
+        _, first = np.unique(h, return_index=True)
+        again = np.ones(len(h), dtype=bool)
+        again[first] = False
+        for k in np.flatnonzero(taken | again).tolist():
+            self._clash[names[k]] = int(ids[k])
+        keep = ~(taken | again)
+        self._by_hash.put(h[keep], ids[keep])
+
+    def discard(self, name: str) -> None:
+        """Stop indexing ``name`` (call while the names list still holds it at its id)."""
+        if self._clash.pop(name, None) is None and self.get(name) is not None:
+            self._by_hash.discard(_hashes([name]))
+
+    def get(self, name: str, default: int | None = None) -> int | None:
+        i = int(self.lookup([name])[0])
+        return default if i < 0 else i
+
+    def __contains__(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def __getitem__(self, name: str) -> int:
+        i = self.get(name)
+        if i is None:
+            raise KeyError(name)
+        return i
 
 
 @dataclass
@@ -54,7 +136,7 @@ class NameChanges:
 class VertexIds:
     def __init__(self, reuse_after: float | None = None) -> None:
         self.names: list[str] = []  # by id; "" for an id given back and not reused yet
-        self.index: dict[str, int] = {}
+        self.index = NameIndex(self.names)
         self.reuse_after = float(reuse_after) if reuse_after else None
         # The watermark of the epoch being merged (set by give_back, which runs first in each epoch).
         self._watermark = float("-inf")
@@ -75,10 +157,12 @@ class VertexIds:
     def __len__(self) -> int:
         return len(self.names)
 
-    def name(self, names: list[str], epoch: int) -> None:
-        """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones."""
+    def name(self, names: list[str], epoch: int) -> np.ndarray:
+        """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones.
+        Returns the ids given."""
         reused: list[int] = []
-        for name in names:
+        given = np.zeros(len(names), dtype=np.int64)
+        for k, name in enumerate(names):
             if self._free:
                 i = heapq.heappop(self._free)
                 self.names[i] = name
@@ -86,9 +170,11 @@ class VertexIds:
             else:
                 i = len(self.names)
                 self.names.append(name)
-            self.index[name] = i
+            given[k] = i
+        self.index.put(names, given)
         if reused:
             self._log_renames(epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused])
+        return given
 
     def hold(self, ids: np.ndarray, delta: int, epoch: int) -> None:
         """``delta`` (+1/-1) more shards hold each of ``ids`` (repeats count); ids no shard holds any
@@ -132,7 +218,7 @@ class VertexIds:
             for i in out.tolist():
                 name = names[i]
                 if index.get(name) == i:
-                    del index[name]
+                    index.discard(name)
                 names[i] = ""
             self._free.extend(out.tolist())
             heapq.heapify(self._free)
@@ -201,7 +287,7 @@ class VertexIds:
         ids = cls(reuse_after)
         names = state["names"]
         ids.names = msgspec.msgpack.decode(names) if isinstance(names, bytes) else list(names)
-        ids.index = {name: i for i, name in enumerate(ids.names) if name}
+        ids.index = NameIndex.of(ids.names)
         ids._sync()
         ids._free = [int(i) for i in state.get("free", ())]
         heapq.heapify(ids._free)

@@ -212,4 +212,5 @@ def test_an_id_let_go_twice_in_one_epoch_is_given_back_once():
         ids.hold(np.array([0]), delta, 2)
     assert ids.give_back(3, 6.0, never).tolist() == [0]
     ids.name(["c", "d"], 3)
-    assert ids.names == ["c", "b", "d"] and ids.index == {"b": 1, "c": 0, "d": 2}
+    assert ids.names == ["c", "b", "d"] and ids.index.lookup(["b", "c", "d", "a"]).tolist() == [1, 0, 2, -1]
+    assert len(ids.index) == 3

@@ -1,0 +1,72 @@
+"""The compute stage's name -> id index (:class:`compute.ids.NameIndex`) against a dict.
+
+The index keeps 64-bit hashes, so a clash of two names is rare enough never to be met by chance;
+the tests force clashes with a hash of a handful of values (monkeypatched in place of Python's
+string hash) and hold the index, and the reused-id stream of ``test_reuse`` on top of it, to what a
+dict would answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compute.ids
+from compute.ids import NameIndex
+from tests.compute import test_reuse
+
+
+def few_hashes(names: list[str]) -> np.ndarray:
+    """Three hash values for every name there is: most names clash with another."""
+    return np.array([sum(map(ord, name)) % 3 for name in names], dtype=np.uint64)
+
+
+@pytest.fixture(params=["python", "clashing"])
+def hashing(request, monkeypatch):
+    if request.param == "clashing":
+        monkeypatch.setattr(compute.ids, "_hashes", few_hashes)
+    return request.param
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_index_answers_as_a_dict_does(hashing, seed):
+    rng = np.random.default_rng(seed)
+    names: list[str] = []
+    idx, model = NameIndex(names), {}
+    free: list[int] = []
+    for step in range(60):
+        # New names, some at ids given back (as VertexIds.name does), one batch at a time.
+        batch = sorted({f"v{int(x)}" for x in rng.integers(0, 300, int(rng.integers(0, 12)))} - set(model))
+        ids = []
+        for name in batch:
+            if free and rng.random() < 0.5:
+                i = free.pop()
+                names[i] = name
+            else:
+                i = len(names)
+                names.append(name)
+            ids.append(i)
+            model[name] = i
+        idx.put(batch, np.array(ids, dtype=np.int64))
+        # Some go (their ids named "" until reused).
+        for name in [n for n in list(model) if rng.random() < 0.1]:
+            idx.discard(name)
+            i = model.pop(name)
+            names[i] = ""
+            free.append(i)
+        asked = [f"v{int(x)}" for x in rng.integers(0, 320, 40)]
+        assert idx.lookup(asked).tolist() == [model.get(n, -1) for n in asked]
+        assert len(idx) == len(model)
+        assert all(idx[n] == i and n in idx for n, i in model.items())
+        assert idx.get("nobody") is None and "nobody" not in idx
+    rebuilt = NameIndex.of(names)
+    assert rebuilt.lookup(list(model)).tolist() == list(model.values()) and len(rebuilt) == len(model)
+    with pytest.raises(KeyError):
+        idx["nobody"]
+
+
+def test_reused_ids_on_a_clashing_hash(hashing):
+    """The reused-id streams, every name behind a clashing hash, keep their ids and names exactly."""
+    test_reuse.test_ids_follow_the_window_and_a_consumer_keeps_its_names_from_the_changes()
+    test_reuse.test_the_ids_are_the_same_however_batched_and_after_a_restart_from_checkpoints()
+    test_reuse.test_a_reused_id_carries_nothing_of_its_vertex_before()
