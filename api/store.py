@@ -23,8 +23,8 @@ The algorithms are whatever score arrays the epochs carry; nothing here names on
 
 from __future__ import annotations
 
-import bisect
 import collections
+import itertools
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -37,7 +37,7 @@ from api.archive import ResultArchive
 from api.exceptions import NotFound
 from api.graph import GraphHistory
 from api.history import ArrayHistory
-from api.names import NamesUpdate, names_update
+from api.names import NamesUpdate, SortedNames, names_update
 from compute.apps.base import AppResult
 from compute.ids import NameChanges
 from compute.results import EpochResult
@@ -192,7 +192,7 @@ class ResultStore:
         self.components = ArrayHistory(retain, fill=-1)
         self.landmarks_to = ArrayHistory(retain, fill=65535)
         self.landmarks_from = ArrayHistory(retain, fill=65535)
-        self._sorted_names: list[str] = []
+        self._sorted_names = SortedNames()
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
         self._merged_into: dict[int, int] = {}  # a retained epoch without results -> the ranked one holding it
         self._algorithms: tuple[str, ...] = ()
@@ -425,20 +425,15 @@ class ResultStore:
 
         Looks at no more than ``scan`` candidates, so a prefix shared by most
         vertices of a later epoch cannot make one request walk the whole index.
-        The sorted names are the indexed ones, each once (never an empty name),
-        and each is checked on the id the index maps it to now: with reused ids
-        a name that moved is listed for its new id only.
+        The sorted names hold each indexed name once (never an empty name), and
+        maybe names no longer indexed; each is checked on the id the index maps
+        it to now: with reused ids a name that moved is listed for its new id only.
         """
-        names = self._sorted_names
         out: list[str] = []
-        i = bisect.bisect_left(names, prefix)
-        end = min(len(names), i + scan)
-        while i < end and len(out) < limit:
-            name = names[i]
-            if not name.startswith(prefix):
+        for name in itertools.islice(self._sorted_names.starting(prefix), scan):
+            if len(out) >= limit or not name.startswith(prefix):
                 break
             i_name = self.index.get(name, vertices)
             if i_name < vertices and (present is None or bool(present[i_name])):
                 out.append(name)
-            i += 1
         return out
