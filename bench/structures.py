@@ -1,0 +1,158 @@
+"""The kept structures of a growing graph, each timed (and sized) on its own, against another revision's code.
+
+Each case builds one structure at the size a long soak reaches (millions of entries) and times what
+an epoch does to it. With ``--ref REV`` the same case runs first on the module as it was at git
+revision ``REV`` (loaded from ``git show``, beside the current one, in this one process), so the two
+figures are side by side on the same machine at the same time, as BENCHMARKS.md asks of speed.
+
+    .venv/bin/python -m bench.structures rowtable --ref 2039689
+    .venv/bin/python -m bench.structures api-names --ref 2039689
+    .venv/bin/python -m bench.structures compute-names
+    .venv/bin/python -m bench.structures compaction --ref 2039689
+
+* ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~19.5 M entries (Zipf-like columns), 20
+  epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
+  compaction; bytes per live entry.
+* ``api-names``: :func:`api.names.names_update` on 3 M names, five epochs of 20 k new names each.
+* ``compute-names``: :class:`compute.ids.NameIndex` against a dict over 3 M names: bytes per name
+  (traced), 60 batches of 50 k names put, a lookup of 51 k names.
+* ``compaction``: :meth:`compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def module_at(rev: str | None, path: str):
+    """The module at ``path`` (repo-relative) as it is now (``rev`` None) or as it was at ``rev``."""
+    name = path.removesuffix(".py").replace("/", ".")
+    if rev is None:
+        return importlib.import_module(name)
+    src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    tmp = Path(tempfile.mkdtemp(prefix="pg-ref-")) / Path(path).name
+    tmp.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"{name}_at_{rev}", tmp)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def rowtable(mod) -> str:
+    rng = np.random.default_rng(1)
+    n, m = 3_000_000, 20_000_000
+    keys = np.unique((rng.integers(0, n, m) << 32) | ((rng.pareto(1.1, m) * 50).astype(np.int64) % n))
+    rows, cols = keys >> 32, keys & 0xFFFFFFFF
+    t = mod.RowTable.from_entries(n, rows, cols, {"count": np.ones(len(rows), np.int16)}, compact_fraction=0.25)
+    r2 = np.random.default_rng(2)
+    ms = {"assign": 0.0, "neighbors": 0.0}
+    for _ in range(20):
+        pick = r2.integers(0, len(rows), 25_000)
+        fresh = (r2.integers(0, n, 25_000) << 32) | ((r2.pareto(1.1, 25_000) * 50).astype(np.int64) % n)
+        batch, first = np.unique(np.concatenate([(rows[pick] << 32) | cols[pick], fresh]), return_index=True)
+        t0 = time.perf_counter()
+        t.assign(batch, first >= 25_000, {"count": np.ones(len(batch), np.int16)})
+        ms["assign"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        t.neighbors(r2.integers(0, n, 20_000))
+        ms["neighbors"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    t.entries("count")
+    ms["entries"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    t.compact()
+    ms["compact"] = time.perf_counter() - t0
+    return (f"{len(keys):,} entries; " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in ms.items())
+            + f"; {t.nbytes() / t.nnz:.2f} B per live entry")
+
+
+def api_names(mod) -> str:
+    from compute.ids import NameChanges
+
+    n, k = 3_000_000, 20_000
+    names = [f"u{i}" for i in range(n)]
+    index = {name: i for i, name in enumerate(names)}
+    held = mod.SortedNames(sorted(index)) if hasattr(mod, "SortedNames") else sorted(index)
+    times = []
+    for e in range(5):
+        t0 = time.perf_counter()
+        held = mod.names_update(names, index, held, NameChanges(n, [f"new{e}.{j}" for j in range(k)])).sorted_names
+        times.append(time.perf_counter() - t0)
+    return f"{n:,} names, {k:,} new an epoch: " + " / ".join(f"{t * 1000:.0f}" for t in times) + " ms"
+
+
+def compute_names(mod) -> str:
+    n = 3_000_000
+    names = [f"user{i}" for i in np.random.default_rng(0).permutation(n).tolist()]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    index = {name: i for i, name in enumerate(names)}
+    dict_bytes = tracemalloc.get_traced_memory()[0] - base
+    asked = [names[i] for i in np.random.default_rng(1).integers(0, n, 50_000)] + [f"x{i}" for i in range(1000)]
+    t0 = time.perf_counter()
+    want = [index.get(name, -1) for name in asked]
+    dict_ms = (time.perf_counter() - t0) * 1000
+    del index
+    base = tracemalloc.get_traced_memory()[0]
+    kept = mod.NameIndex(names)
+    t0 = time.perf_counter()
+    for lo in range(0, n, 50_000):
+        kept.put(names[lo : lo + 50_000], np.arange(lo, min(lo + 50_000, n)))
+    put_s = time.perf_counter() - t0
+    kept_bytes = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    t0 = time.perf_counter()
+    got = kept.lookup(asked).tolist()
+    kept_ms = (time.perf_counter() - t0) * 1000
+    assert got == want
+    return (f"{n:,} names: dict {dict_bytes / n:.1f} B a name, lookup of {len(asked):,} {dict_ms:.0f} ms; "
+            f"NameIndex {kept_bytes / n:.1f} B a name, lookup {kept_ms:.0f} ms, 60 puts of 50 k {put_s:.1f} s")
+
+
+def compaction(mod) -> str:
+    rng = np.random.default_rng(0)
+    n, m, k = 3_000_000, 20_000_000, 1_000_000
+    src, dst = rng.integers(0, n, m), (rng.pareto(1.2, m) * 1000).astype(np.int64) % n
+    g = mod.ResidentGraph.from_edges(n, src, dst, rng.integers(1, 5, m).astype(np.float64), compact_fraction=1e9)
+    g.apply(rng.integers(0, n, k), (rng.pareto(1.2, k) * 1000).astype(np.int64) % n, rng.integers(1, 5, k).astype(np.float64))
+    t0 = time.perf_counter()
+    g.compact()
+    return f"{g.nnz:,} pairs after, overlay {k:,}: compaction {time.perf_counter() - t0:.2f} s"
+
+
+CASES = {
+    "rowtable": (rowtable, "compute/apps/adjacency.py"),
+    "api-names": (api_names, "api/names.py"),
+    "compute-names": (compute_names, "compute/ids.py"),
+    "compaction": (compaction, "compute/resident.py"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--ref", help="a git revision whose code runs the same case first, side by side")
+    args = ap.parse_args(argv)
+    run, path = CASES[args.case]
+    print(f"# {machine()}; {args.case}")
+    for rev in ([args.ref] if args.ref else []) + [None]:
+        print(f"{rev or 'now'}: {run(module_at(rev, path))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
