@@ -10,7 +10,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures compute-names
     .venv/bin/python -m bench.structures compaction --ref 2039689
 
-* ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~19.5 M entries (Zipf-like columns), 20
+* ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
   compaction; bytes per live entry.
 * ``api-names``: :func:`api.names.names_update` on 3 M names, five epochs of 20 k new names each.
@@ -55,14 +55,15 @@ def module_at(rev: str | None, path: str):
 def rowtable(mod) -> str:
     rng = np.random.default_rng(1)
     n, m = 3_000_000, 20_000_000
-    keys = np.unique((rng.integers(0, n, m) << 32) | ((rng.pareto(1.1, m) * 50).astype(np.int64) % n))
+    # Skewed rows, the in-pairs of a mention graph (a mentioned user's mentioners): hubs of 10**5 entries.
+    keys = np.unique((((rng.pareto(1.2, m) * 1000).astype(np.int64) % n) << 32) | rng.integers(0, n, m))
     rows, cols = keys >> 32, keys & 0xFFFFFFFF
     t = mod.RowTable.from_entries(n, rows, cols, {"count": np.ones(len(rows), np.int16)}, compact_fraction=0.25)
     r2 = np.random.default_rng(2)
     ms = {"assign": 0.0, "neighbors": 0.0}
     for _ in range(20):
         pick = r2.integers(0, len(rows), 25_000)
-        fresh = (r2.integers(0, n, 25_000) << 32) | ((r2.pareto(1.1, 25_000) * 50).astype(np.int64) % n)
+        fresh = (((r2.pareto(1.2, 25_000) * 1000).astype(np.int64) % n) << 32) | r2.integers(0, n, 25_000)
         batch, first = np.unique(np.concatenate([(rows[pick] << 32) | cols[pick], fresh]), return_index=True)
         t0 = time.perf_counter()
         t.assign(batch, first >= 25_000, {"count": np.ones(len(batch), np.int16)})

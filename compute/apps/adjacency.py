@@ -11,10 +11,11 @@ built at compaction and never written after) with an alive flag and value column
 entry, plus an overlay of entries added since, keyed ``row << 32 | col`` and sorted. An epoch marks the base entries
 it removes dead, revives or rewrites the ones it re-adds, and inserts the rest into the
 overlay: a binary search within the entry's row of the base and one in the overlay per changed
-entry, and one copy of the overlay. A base entry costs 4 bytes of col and 1 of alive flag (a
-sorted int64 key per entry, the layout before, cost 8 and let one ``searchsorted`` find it; the
-search within rows is as quick on an epoch's changes and 3-4 bytes per live edge cheaper over the
-tables, BENCHMARKS.md). When the overlay
+entry, and one copy of the overlay. A base entry costs 4 bytes of col and 1 of alive flag. (A
+sorted int64 key per entry, the layout before, cost 8 and let one ``searchsorted`` find it. The
+search within rows, in NumPy rounds, made the tables' share of an epoch ~30% slower in a replay of
+the growing stream, for 23% less memory: ~12 bytes per live edge over the four tables;
+BENCHMARKS.md.) When the overlay
 and the dead entries pass ``compact_fraction`` of the base, the table is rebuilt from its own
 entries in O(entries + vertices): amortized, the work per epoch follows the change. Only the
 first epoch and a full delta (after a restore) build from the graph's columns.
@@ -194,14 +195,21 @@ class RowTable:
         nb = len(self.ptr) - 1
         lo = self.ptr[np.minimum(rows, nb)]  # a row past the base: an empty range at the end
         end = self.ptr[np.minimum(rows + 1, nb)]
-        hi = end.copy()
-        todo = np.flatnonzero(lo < hi)
+        col = self.col
+        todo = np.flatnonzero(lo < end)
+        # The searches still open, packed: a round is one gather from the cols and a few passes over
+        # the open ones, which are set aside as they finish (a key in a short row after a round or two).
+        a, b, c = lo[todo], end[todo], cols[todo]
         while len(todo):
-            mid = (lo[todo] + hi[todo]) >> 1
-            below = self.col[mid] < cols[todo]
-            lo[todo[below]] = mid[below] + 1
-            hi[todo[~below]] = mid[~below]
-            todo = todo[lo[todo] < hi[todo]]
+            mid = (a + b) >> 1
+            below = col[mid] < c
+            a = np.where(below, mid + 1, a)
+            b = np.where(below, b, mid)
+            done = a >= b
+            if done.any():
+                lo[todo[done]] = a[done]
+                left = ~done
+                todo, a, b, c = todo[left], a[left], b[left], c[left]
         return lo, end
 
     def value(self, found: Found, name: str, default) -> np.ndarray:
@@ -273,8 +281,8 @@ class RowTable:
 
     def compact(self) -> None:
         """Rebuild the base from the live entries: no overlay, nothing dead."""
-        counts, cols, vals = self._merged(*self.dtypes)
-        self._set_base(self.n, counts, cols, dict(zip(self.dtypes, vals)))
+        rows, cols, vals = self._merged(*self.dtypes)
+        self._set_base(self.n, np.bincount(rows, minlength=self.n), cols, dict(zip(self.dtypes, vals)))
         self.compactions += 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -306,37 +314,28 @@ class RowTable:
         return np.concatenate([cols, self.ov_key[opos] & _LOW]), np.concatenate([owner, oown])
 
     def _merged(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """(live entries per row over :attr:`n` rows, their cols (int32) in (row, col) order, [values of
-        each name]) of every live entry, as new arrays."""
-        nb = len(self.ptr) - 1
-        counts = np.zeros(self.n, dtype=np.int64)
-        counts[:nb] = np.diff(self.ptr)
+        """(rows (int64), cols (int32), [values of each name]) of every live entry, sorted by (row, col),
+        as new arrays. The whole table is read here anyway, so the base's keys are made for once (8
+        bytes an entry, while it runs) and place the overlay with one ``searchsorted``."""
+        rows = np.repeat(np.arange(len(self.ptr) - 1, dtype=np.int64), np.diff(self.ptr))
         cols, vals = self.col, [self.vals[k] for k in names]
         if self.dead:
-            # The dead entries each row loses: a count of the dead positions' rows.
-            dead_at = np.flatnonzero(~self.alive)
-            counts[:nb] -= np.bincount(np.searchsorted(self.ptr, dead_at, side="right") - 1, minlength=nb)
-        if len(self.ov_key):
-            ov_rows, ov_cols = self.ov_key >> _SHIFT, self.ov_key & _LOW
-            at, _ = self._lower_bound(ov_rows, ov_cols)
-            if self.dead:
-                at = at - np.cumsum(~self.alive)[at - 1] * (at > 0)  # positions among the live entries
-                keep = self.alive
-                cols, vals = cols[keep], [v[keep] for v in vals]
-            counts += np.bincount(ov_rows, minlength=self.n)
-            cols = np.insert(cols, at, ov_cols.astype(np.int32))
-            vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
-        elif self.dead:
-            cols, vals = cols[self.alive], [v[self.alive] for v in vals]
-        else:
+            keep = self.alive
+            rows, cols, vals = rows[keep], cols[keep], [v[keep] for v in vals]
+        elif not len(self.ov_key):
             cols, vals = cols.copy(), [v.copy() for v in vals]
-        return counts, cols, vals
+        if len(self.ov_key):
+            at = np.searchsorted(pack(rows, cols), self.ov_key)
+            rows = np.insert(rows, at, self.ov_key >> _SHIFT)
+            cols = np.insert(cols, at, (self.ov_key & _LOW).astype(np.int32))
+            vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
+        return rows, cols, vals
 
     def entries(self, *names: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """(rows, cols, [values of each name]) of every live entry, sorted by (row, col), as new int64
         rows and cols."""
-        counts, cols, vals = self._merged(*names)
-        return np.repeat(np.arange(self.n, dtype=np.int64), counts), cols.astype(np.int64), vals
+        rows, cols, vals = self._merged(*names)
+        return rows, cols.astype(np.int64), vals
 
     def csr(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(indptr over ``n`` rows, cols) of the live entries, cols (int32) sorted within rows. Neither
@@ -345,11 +344,10 @@ class RowTable:
         nb = len(self.ptr) - 1
         if not self.dead and not len(self.ov_key) and n >= nb:
             return np.concatenate([self.ptr, np.full(n - nb, self.ptr[-1], dtype=np.int64)]), self.col
-        counts, cols, _ = self._merged()
-        ptr = np.zeros(max(n, self.n) + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1 : self.n + 1])
-        ptr[self.n + 1 :] = ptr[self.n]
-        return ptr[: n + 1], cols
+        rows, cols, _ = self._merged()
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+        return ptr, cols
 
     def nbytes(self) -> int:
         arrays: list[np.ndarray] = [self.ptr, self.col, self.alive, self.ov_key, *self.vals.values(), *self.ov_vals.values()]
