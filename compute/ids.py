@@ -49,8 +49,9 @@ class NameIndex:
 
     The names' 64-bit hashes in a :class:`~ingest.keyindex.KeyIndex` (13 bytes a name) in place of a
     dict (~70: its table, its entry and an int object per id), checked against ``names`` on every
-    lookup. A name whose hash another indexed name holds already (about one pair in 10**12 at 5 M
-    names) is kept in a dict beside it, so a clash costs a dict entry, never a wrong id. The mapping
+    lookup. A name whose hash another indexed name holds already (that any two of 5 M names share
+    one has a chance of ~7 in 10**7) is kept in a dict beside it, so a clash costs a dict entry,
+    never a wrong id. The mapping
     methods serve single names; :meth:`lookup` and :meth:`put` do a batch at array speed."""
 
     def __init__(self, names: list[str]) -> None:

@@ -8,17 +8,17 @@ time (K-exposure's edge lists and first-seen index).
 
 A table is a base (a row pointer and its entries' cols, int32 and sorted within each row: a CSR,
 built at compaction and never written after) with an alive flag and value columns per base
-entry, plus an overlay of entries added since, keyed ``row << 32 | col`` and sorted. An epoch marks the base entries
-it removes dead, revives or rewrites the ones it re-adds, and inserts the rest into the
-overlay: a binary search within the entry's row of the base and one in the overlay per changed
-entry, and one copy of the overlay. A base entry costs 4 bytes of col and 1 of alive flag. (A
-sorted int64 key per entry, the layout before, cost 8 and let one ``searchsorted`` find it. The
-search within rows, in NumPy rounds, made the tables' share of an epoch ~30% slower in a replay of
-the growing stream, for 23% less memory: ~12 bytes per live edge over the four tables;
-BENCHMARKS.md.) When the overlay
-and the dead entries pass ``compact_fraction`` of the base, the table is rebuilt from its own
-entries in O(entries + vertices): amortized, the work per epoch follows the change. Only the
-first epoch and a full delta (after a restore) build from the graph's columns.
+entry, plus an overlay of entries added since, keyed ``row << 32 | col`` and sorted. An epoch
+marks the base entries it removes dead, revives or rewrites the ones it re-adds, and inserts the
+rest into the overlay: a binary search within the entry's row of the base and one in the overlay
+per changed entry, and one copy of the overlay. A base entry costs 4 bytes of col and 1 of alive
+flag. (A sorted int64 key per entry, the layout before, cost 8 and let one ``searchsorted`` find
+it. The search within rows, in NumPy rounds, made the tables' share of an epoch ~27% slower in a
+replay of the growing stream, for 23% less memory: ~12 bytes per live edge over the four tables;
+BENCHMARKS.md.) When the overlay and the dead entries pass ``compact_fraction`` of the base, the
+table is rebuilt from its own entries in O(entries + vertices): amortized, the work per epoch
+follows the change. Only the first epoch and a full delta (after a restore) build from the
+graph's columns.
 
 Everything is flat arrays (no per-vertex Python objects), so a CuPy path can hold the bases on
 the device as they are (searchsorted, gathers and masks have CuPy equivalents) and keep the
