@@ -228,15 +228,8 @@ class GlobalGraph:
             epoch = max((d.epoch for d in deltas), default=0)
             if self.reusing:
                 self._give_back(epoch, max((d.watermark for d in deltas if d.watermark is not None), default=None))
-            # One lookup for every name the epoch's deltas introduce: the names no id has yet get theirs
-            # first, so each delta's names map to ids before any delta is merged.
-            new = [n for d in deltas for n in d.new_names]
-            gids = self.index.lookup(new)
-            absent = np.flatnonzero(gids < 0).tolist()
-            if absent:
-                missing = sorted({new[k] for k in absent})
-                given = dict(zip(missing, self.ids.name(missing, epoch).tolist()))
-                gids[absent] = [given[new[k]] for k in absent]
+            # Every name the epoch's deltas introduce has its id before any delta is merged.
+            gids = self.ids.ids_of([n for d in deltas for n in d.new_names], epoch)
             at = np.cumsum([0] + [len(d.new_names) for d in deltas]).tolist()
             for k in sorted(range(len(deltas)), key=lambda k: deltas[k].shard):
                 d = deltas[k]

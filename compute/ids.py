@@ -177,6 +177,17 @@ class VertexIds:
             self._log_renames(epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused])
         return given
 
+    def ids_of(self, names: list[str], epoch: int) -> np.ndarray:
+        """The id of each of ``names`` (repeats allowed), the ones without one named first (in name
+        order, by :meth:`name`): one lookup for the whole batch."""
+        ids = self.index.lookup(names)
+        absent = np.flatnonzero(ids < 0).tolist()
+        if absent:
+            missing = sorted({names[k] for k in absent})
+            given = dict(zip(missing, self.name(missing, epoch).tolist()))
+            ids[absent] = [given[names[k]] for k in absent]
+        return ids
+
     def hold(self, ids: np.ndarray, delta: int, epoch: int) -> None:
         """``delta`` (+1/-1) more shards hold each of ``ids`` (repeats count); ids no shard holds any
         more start waiting to be given back."""
