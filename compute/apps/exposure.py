@@ -306,9 +306,10 @@ class Exposure(Application):
         if not len(users):
             return state
         keys = unique(_pack(users, tags))
+        at = np.searchsorted(state.keys, keys)  # where each key is, or would go, among the stamps
         if len(state.keys):
-            pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
-            keys = keys[state.keys[pos] != keys]
+            new = state.keys[np.minimum(at, len(state.keys) - 1)] != keys
+            keys, at = keys[new], at[new]
         if not len(keys):
             return state
         # The time of the tagging itself: the tags edge's earliest add (the tweet's ts), a pure
@@ -324,7 +325,6 @@ class Exposure(Application):
         epochs = np.where(known, 0, graph.epoch).astype(np.int64)
         # The new keys are sorted and none is stamped yet: inserted where they go, one copy of the stamps
         # (a sort of all of them, as before, was 0.32 s an epoch at 10 M stamps, this 0.12).
-        at = np.searchsorted(state.keys, keys)
         return ExposureState(
             np.insert(state.keys, at, keys),
             np.insert(state.epochs, at, epochs),
