@@ -9,12 +9,15 @@ checkpoint covers it. Epoch numbers and vectors that do not grow are refused.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import fcntl
 import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ingest.eventlog import fsync_dir, makedirs_durably, open_durably
 from snapshots.exceptions import EpochLogError, EpochOrderError, EpochStateError
@@ -130,6 +133,43 @@ class LogEntry:
 RANKED_SUFFIX = ".ranked"
 
 
+# Beside the log, the lock its one writer holds for as long as its process lives (see EpochLog).
+WRITER_SUFFIX = ".writer"
+# How long a new writer, or a launch planning its recovery, waits for the previous writer's lock. The
+# kernel frees it when that process is gone, and a killed actor is gone within seconds; the pipeline's
+# teardown allows as long for the same (pulsegraph.topology.TEARDOWN_TIMEOUT_S).
+WRITER_WAIT_S = 30.0
+
+
+def _writer_lock(log_path: str, wait_s: float) -> int:
+    """The descriptor holding the epoch log's writer lock (``flock``, exclusive), once no other holds it.
+
+    A ``flock`` outlives nothing: the kernel releases it when its holder's process ends, SIGKILL
+    included. Ray reports a killed actor dead before its process has always exited, and a
+    coordinator in its last milliseconds could still append an epoch that the next generation,
+    having read the log already, cuts again under the same number (a CI run saw epoch 27 twice)."""
+    path = log_path + WRITER_SUFFIX
+    fd = open_durably(path, os.O_RDWR)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise EpochLogError(
+                    f"another process (pid {holder}) still writes the epoch log {log_path} after {wait_s:.0f} s. "
+                    f"Operator action: stop that process (a second service, or a coordinator of this one that "
+                    f"did not exit), then start again."
+                ) from None
+            time.sleep(0.02)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class EpochLog:
     """Append-only JSON lines ``{"epoch", "vector", "records", "cut_at"}`` (and ``"watermark"`` with a window),
     each fsynced before its epoch is applied.
@@ -140,6 +180,11 @@ class EpochLog:
     and parse at every launch, a line for each of them. Appends and the compaction's rewrite take one
     lock: the cut thread appends while the hand-off thread compacts after a checkpoint.
 
+    One writer at a time, fenced: an open log holds ``<path>.writer`` (a ``flock``) until :meth:`close`
+    or its process's end, and a launch reads the log to plan its recovery only under the same lock
+    (:meth:`no_writer`), so a coordinator that was killed but has not yet exited can never append an
+    epoch behind the back of the generation that replaces it.
+
     Beside it, ``<path>.ranked`` lists the epochs the consumer ranked (:meth:`mark_ranked`), one number a
     line: the ends of the hand-offs, each sealed epoch between two of them merged into the later one. A
     re-cut after a crash ends its hand-offs at the same epochs, so the API, which kept the results of
@@ -148,10 +193,11 @@ class EpochLog:
     (the next epoch's fsync usually takes them along), and a lost one only makes a re-cut merge more.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, wait_s: float = WRITER_WAIT_S) -> None:
         self.path = path
         self.ranked_path = path + RANKED_SUFFIX
         makedirs_durably(os.path.dirname(os.path.abspath(path)))
+        self._writer_fd = _writer_lock(path, wait_s)
         self._lock = threading.Lock()
         self._lines = self._drop_torn_tail()
         self._fd = open_durably(path, os.O_WRONLY | os.O_APPEND)
@@ -239,10 +285,22 @@ class EpochLog:
 
     def close(self) -> None:
         with self._lock:
-            for name in ("_fd", "_ranked_fd"):
+            for name in ("_fd", "_ranked_fd", "_writer_fd"):  # the writer lock last: the log is whole
                 if getattr(self, name) >= 0:
                     os.close(getattr(self, name))
                     setattr(self, name, -1)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def no_writer(path: str, wait_s: float = WRITER_WAIT_S) -> Iterator[None]:
+        """Hold the writer lock of the log at ``path`` for the block (waiting for a previous writer's
+        process to end): what is read in it is what that writer left, and nothing appends meanwhile."""
+        makedirs_durably(os.path.dirname(os.path.abspath(path)))
+        fd = _writer_lock(path, wait_s)
+        try:
+            yield
+        finally:
+            os.close(fd)
 
     @staticmethod
     def read_ranked(path: str) -> list[int]:

@@ -48,9 +48,11 @@ def plan_recovery(data_dir: Path, use_checkpoints: bool, shards: int | None) -> 
     """The newest checkpoint of ``data_dir`` (when ``use_checkpoints``) and the plan that resumes from it.
     ``shards``: the shard count asked for, which a checkpoint must match (None: take the checkpoint's)."""
     data_dir = Path(data_dir)
-    entries = EpochLog.read(str(data_dir / "epochs.log"))
-    ranked = frozenset(EpochLog.read_ranked(str(data_dir / "epochs.log")))
-    manifest = CheckpointStore(data_dir).latest() if use_checkpoints else None
+    path = str(data_dir / "epochs.log")
+    with EpochLog.no_writer(path):  # the previous generation's coordinator has exited: nothing appends or commits
+        entries = EpochLog.read(path)
+        ranked = frozenset(EpochLog.read_ranked(path))
+        manifest = CheckpointStore(data_dir).latest() if use_checkpoints else None
     if manifest is not None:
         if shards and sorted(manifest.shards) != list(range(shards)):
             raise CheckpointError(

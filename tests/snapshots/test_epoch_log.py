@@ -1,5 +1,5 @@
-"""The epoch log's compaction (it reaches back to the oldest checkpoint kept, and no further) and the
-marks of the epochs ranked, which a re-cut ends its hand-offs at.
+"""The epoch log's compaction (it reaches back to the oldest checkpoint kept, and no further), the
+marks of the epochs ranked, which a re-cut ends its hand-offs at, and its one writer.
 
 The pipeline's side (crashes with a compacted log, the fallback to the older
 checkpoint) runs in ``tests/pulsegraph/test_recovery.py`` with ``epoch_log_keep=0``.
@@ -8,12 +8,17 @@ checkpoint) runs in ``tests/pulsegraph/test_recovery.py`` with ``epoch_log_keep=
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochLog
-from snapshots.exceptions import CheckpointError
+from snapshots.exceptions import CheckpointError, EpochLogError
 from snapshots.recovery import plan_recovery
 
 
@@ -34,7 +39,9 @@ def test_compaction_drops_what_comes_before_the_given_epoch_and_appends_go_on(tm
     entries = EpochLog.read(str(path))
     assert [e.epoch for e in entries] == list(range(21, 32))
     assert entries[0].vector == {"p": 210} and entries[0].records == 210
-    assert len(EpochLog(str(path))) == 11, "a reopened log counts its lines"
+    reopened = EpochLog(str(path))
+    assert len(reopened) == 11, "a reopened log counts its lines"
+    reopened.close()
 
 
 def test_a_floor_keeps_the_newest_entries_and_rewrites_only_once_per_floor(tmp_path):
@@ -114,3 +121,51 @@ def test_a_torn_ranked_mark_is_skipped_and_compaction_drops_the_marks_before_the
     log.close()
     assert EpochLog.read_ranked(str(path)) == [20, 25, 29, 30]
     assert EpochLog.read_ranked(str(tmp_path / "elsewhere.log")) == [], "no marks: a log from before them"
+
+
+def test_a_second_writer_waits_for_the_first_and_is_refused_with_the_operator_action(tmp_path):
+    path = str(tmp_path / "epochs.log")
+    first = write_log(tmp_path / "epochs.log", 3)
+    with pytest.raises(EpochLogError, match=f"pid {os.getpid()}.*Operator action"):
+        EpochLog(path, wait_s=0.2)
+    with pytest.raises(EpochLogError, match="still writes"):
+        with EpochLog.no_writer(path, wait_s=0.2):
+            pass
+    first.close()
+    second = EpochLog(path, wait_s=0.2)
+    second.append(Epoch(4, {"p": 40}))
+    second.close()
+    assert [e.epoch for e in EpochLog.read(path)] == [1, 2, 3, 4]
+
+
+# A coordinator as a crash leaves it: killed, but still appending until its process has exited.
+_LATE_WRITER = """
+import sys, time
+from snapshots.epoch import Epoch, EpochLog
+log = EpochLog(sys.argv[1])
+for n in (1, 2, 3):
+    log.append(Epoch(n, {"p": 10 * n}))
+print("ready", flush=True)
+time.sleep(0.5)
+log.append(Epoch(4, {"p": 40}))
+time.sleep(600)
+"""
+
+
+def test_a_recovery_plan_reads_the_log_only_once_its_killed_writer_is_gone(tmp_path):
+    """Without the writer lock the plan would read three epochs, and the next generation would cut a
+    second epoch 4 after the one the dying writer appended."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _LATE_WRITER, str(tmp_path / "epochs.log")], stdout=subprocess.PIPE,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == b"ready\n"
+        threading.Timer(1.0, writer.send_signal, (signal.SIGKILL,)).start()
+        t0 = time.monotonic()
+        _, plan = plan_recovery(tmp_path, False, shards=1)
+        assert time.monotonic() - t0 >= 0.8, "the plan waited for the writer's end"
+        assert plan is not None and [e.epoch for e in plan.replay] == [1, 2, 3, 4]
+    finally:
+        writer.kill()
+        writer.wait(10)
