@@ -21,8 +21,11 @@ earliest event time among its adds (``first_ts``, folded with ``min`` in the
 shards, so it is a pure function of the epoch vector like the edge sums), and
 adopters are ordered by that time, then by user name. Where a graph carries no
 edge times (``+inf``), the order falls back to the epoch the edge went live in,
-then the user's last tweet time. Adoption stamps are kept in the compute
-checkpoint (see :meth:`Exposure.state_dict`).
+then the user's last tweet time: an *adoption stamp* (epoch, last tweet time), taken
+when the tagging went live, and kept only for taggings without a time (a stream of
+tweets has none: its stamps were 24 bytes per tags edge, each a copy of what the edge
+knows, and a copy of them all an epoch). Stamps are kept in the compute checkpoint
+(see :meth:`Exposure.state_dict`).
 
 Per epoch only the hashtags whose adopters or whose adopters' mentioners changed
 are recounted.
@@ -73,7 +76,7 @@ class Topic:
 
 @dataclass
 class ExposureState:
-    # Adoption stamps, sorted by key = user << 32 | hashtag.
+    # Adoption stamps of the taggings whose edge has no time, sorted by key = user << 32 | hashtag.
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     epochs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
@@ -120,12 +123,16 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
         return out
     n, levels = inp.n, MAX_K + 1
     akey = _pack(av, ah)
-    pos = np.searchsorted(inp.keys, akey)
-    ep, ts = inp.epochs[pos], inp.times[pos]
-    # The tagging tweet's time as the edge knows it now (an earlier tweet may have arrived in a later epoch).
-    first = inp.tags_first[sel]
-    known = np.isfinite(first)
-    ep, ts = np.where(known, 0, ep), np.where(known, first, ts)
+    # The tagging tweet's time as the edge knows it now (an earlier tweet may have arrived in a later
+    # epoch); the stamp where the edge has none.
+    ts = inp.tags_first[sel].copy()
+    ep = np.zeros(len(av), dtype=np.int64)
+    unknown = np.flatnonzero(~np.isfinite(ts))
+    if len(unknown):
+        pos = np.minimum(np.searchsorted(inp.keys, akey[unknown]), max(len(inp.keys) - 1, 0))
+        if not len(inp.keys) or (inp.keys[pos] != akey[unknown]).any():
+            raise RuntimeError("a tagging without a time has no adoption stamp")  # _stamp takes every one
+        ep[unknown], ts[unknown] = inp.epochs[pos], inp.times[pos]
     # Names of the distinct adopting users only: far fewer strings to sort than adoptions.
     who, user_of = np.unique(av, return_inverse=True)
     names = inp.names
@@ -302,27 +309,26 @@ class Exposure(Application):
 
     # -- stamps ------------------------------------------------------------------------------
     def _stamp(self, graph: AppGraph, state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:
-        """Stamp the (user, tag) pairs not stamped yet with this epoch and the user's last tweet time."""
+        """Stamp the (user, tag) pairs whose edge has no time and that are not stamped yet with this epoch
+        and the user's last tweet time."""
         if not len(users):
             return state
         keys = unique(_pack(users, tags))
+        # The time of the tagging itself is the tags edge's earliest add (the tweet's ts), a pure function
+        # of the epoch vector, and an edge that has one keeps one (the earliest of its adds). Only where
+        # a graph carries no edge times is the stamp the order: the epoch the edge went live in, then the
+        # user's last tweet time.
+        keys = keys[~np.isfinite(graph.first_seen(TAGS, keys >> _SHIFT, keys & _LOW))]
         at = np.searchsorted(state.keys, keys)  # where each key is, or would go, among the stamps
-        if len(state.keys):
+        if len(state.keys) and len(keys):
             new = state.keys[np.minimum(at, len(state.keys) - 1)] != keys
             keys, at = keys[new], at[new]
         if not len(keys):
             return state
-        # The time of the tagging itself: the tags edge's earliest add (the tweet's ts), a pure
-        # function of the epoch vector. Where a graph carries no edge times, fall back to the
-        # epoch the edge went live in, then the user's last tweet time.
-        first = graph.first_seen(TAGS, keys >> _SHIFT, keys & _LOW)
-        known = np.isfinite(first)
         attrs = graph.g.attrs
-        ts = first.copy()
-        # A dict lookup per stamp, so only where the edge has no time (a graph of tweets always has one).
-        unknown = np.flatnonzero(~known)
-        ts[unknown] = [float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys[unknown].tolist()]
-        epochs = np.where(known, 0, graph.epoch).astype(np.int64)
+        # A dict lookup per stamp: only taggings without a time have one (a stream of tweets has none).
+        ts = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()], dtype=np.float64)
+        epochs = np.full(len(keys), graph.epoch, dtype=np.int64)
         # The new keys are sorted and none is stamped yet: inserted where they go, one copy of the stamps
         # (a sort of all of them, as before, was 0.32 s an epoch at 10 M stamps, this 0.12).
         return ExposureState(

@@ -358,6 +358,9 @@ def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chun
             assert counted(names, state.topics) == want
             assert counted(names, exp._count(AppGraph.build(graph, e), state, None)) == want
         assert published(g.names, out) == expected(model, True)
+        # Taggings with a time are ordered by it and keep no stamp; without edge times each has one.
+        assert not len(apps.states["topics"].keys)
+        assert len(st.apps.states["topics"].keys) >= sum(users for _, users, _, _ in model.topics(False).values())
     assert any(r[0] for _, _, r, _ in model.topics(True).values())  # exposures happened
     assert any(a[1:] != [0] * 7 for _, _, _, a in model.topics(True).values())  # some adopted after 2+ exposures
 
