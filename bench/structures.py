@@ -9,6 +9,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures api-names --ref 2039689
     .venv/bin/python -m bench.structures compute-names
     .venv/bin/python -m bench.structures compaction --ref 2039689
+    .venv/bin/python -m bench.structures shard-names --ref 2727fe7
 
 * ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
@@ -17,12 +18,15 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 * ``compute-names``: :class:`compute.ids.NameIndex` against a dict over 3 M names: bytes per name
   (traced), 60 batches of 50 k names put, a lookup of 51 k names.
 * ``compaction``: :meth:`compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
+* ``shard-names``: a shard's :class:`snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
+  1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -124,6 +128,45 @@ def compute_names(mod) -> str:
             f"NameIndex {kept_bytes / n:.1f} B a name, lookup {kept_ms:.0f} ms, 60 puts of 50 k {put_s:.1f} s")
 
 
+def shard_names(mod) -> str:
+    """A shard's :class:`snapshots.interner.Interner` as receive uses it: rounds of 20 k names, most of them
+    seen before (a user tweets again, hubs are mentioned over and over), growing to ~1.5 M names. Timed in
+    one pass, sized (traced) in a second: tracing slows every allocation."""
+    users = [f"u{i}" for i in np.random.default_rng(0).permutation(3_000_000).tolist()]
+
+    def fill():
+        rng = np.random.default_rng(1)
+        interner = mod.Interner(1 << 31, "vertices")
+        ms, rounds, seen = 0.0, 0, 0
+        while len(interner) < 1_500_000:
+            hi = min(len(users), seen + 12_000)
+            # New string objects, as each batch is unpickled from the ingest actor's message.
+            batch = pickle.loads(pickle.dumps([users[i] for i in rng.integers(0, max(seen, 1), 8_000).tolist()] + users[seen:hi]))
+            seen = hi
+            t0 = time.perf_counter()
+            interner.ids(batch)
+            ms += (time.perf_counter() - t0) * 1000
+            rounds += 1
+        return interner, ms / rounds, seen
+
+    interner, round_ms, seen = fill()
+    t0 = time.perf_counter()
+    saved = interner.encoded()
+    again = mod.Interner(1 << 31, "vertices")
+    again.load(saved)
+    ckpt_ms = (time.perf_counter() - t0) * 1000
+    asked = [users[i] for i in np.random.default_rng(2).integers(0, seen, 20_000).tolist()]
+    assert again.ids(asked).tolist() == interner.ids(asked).tolist()
+    del interner, again, saved
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    interner, _, _ = fill()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return (f"{len(interner):,} names: {held / len(interner):.1f} B a name (traced); a round of 20 k names (12 k new) "
+            f"{round_ms:.1f} ms ({round_ms * 1000 / 20_000:.2f} us a name); checkpoint out and back {ckpt_ms:.0f} ms")
+
+
 def compaction(mod) -> str:
     rng = np.random.default_rng(0)
     n, m, k = 3_000_000, 20_000_000, 1_000_000
@@ -140,6 +183,7 @@ CASES = {
     "api-names": (api_names, "api/names.py"),
     "compute-names": (compute_names, "compute/ids.py"),
     "compaction": (compaction, "compute/resident.py"),
+    "shard-names": (shard_names, "snapshots/interner.py"),
 }
 
 

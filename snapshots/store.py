@@ -188,9 +188,10 @@ class ShardStore:
         attr_ids = np.array(sorted(changed), dtype=np.int32)
         # Downstream ids are a pure function of the epochs: new vertices in name order, and only
         # the edge types applied so far, in name order (interning order depends on arrival).
-        names = cast(list[str], self.vertices.names)  # every id an applied update names is in use
-        newly = newly[np.argsort(np.array([names[i] for i in newly], dtype=object), kind="stable")]
-        types = cast(list[str], self.types.names)  # edge types are never given back
+        new_names = cast(list[str], self.vertices.names.take(newly))  # every id an applied update names is in use
+        order = np.argsort(np.array(new_names, dtype=object), kind="stable").tolist()
+        newly, new_names = newly[order], [new_names[k] for k in order]
+        types = cast(list[str], self.types.names.tolist())  # edge types are never given back
         used = np.flatnonzero(np.bincount(e.etype.view, minlength=len(types)))
         used = used[np.argsort(np.array([types[t] for t in used], dtype=object), kind="stable")]
         type_map = np.zeros(len(types), dtype=np.int16)
@@ -200,7 +201,7 @@ class ShardStore:
             epoch=epoch,
             types=[types[t] for t in used],
             new_ids=newly.astype(np.int32),
-            new_names=[names[i] for i in newly],
+            new_names=new_names,
             attr_ids=attr_ids,
             attrs=[self.attrs.raw(i) or b"null" for i in attr_ids.tolist()],
             e_slot=touched,
@@ -382,7 +383,7 @@ class ShardStore:
                 "vertices": self.vertices.encoded(),
                 "recycled": self.recycled,
                 "recycle_every": self.recycle_every,
-                "types": self.types.names,
+                "types": self.types.names.tolist(),
                 "exists": self.exists.view,
                 "attrs": self.attrs.state(),
                 "stamps": self._stamps.state(),
@@ -445,7 +446,7 @@ class ShardStore:
     def snapshot(self) -> dict:
         """The applied state by name: ``{"vertices": {name: attrs|None}, "edges": {(s, d, t): (mult, weight)}}``
         (and ``first_ts``: {(s, d, t): earliest add time})."""
-        names, types, e = self.vertices.names, self.types.names, self.edges
+        names, types, e = self.vertices.names.tolist(), self.types.names.tolist(), self.edges
         verts = {names[i]: decode(self.attrs.raw(int(i))) for i in self.present()}
         slots = e.held()
         keys = [(names[s], names[d], types[t]) for s, d, t in zip(e.src.view[slots], e.dst.view[slots], e.etype.view[slots])]

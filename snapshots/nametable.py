@@ -1,0 +1,231 @@
+"""Names by dense id, packed: their UTF-8 bytes in one buffer, and name -> id through their 64-bit hashes.
+
+In place of a ``list[str]`` and a ``dict[str, int]``: a name in a shard cost ~110
+bytes that way (a string object, a list slot, a dict entry), and every shard keeps
+the names of the vertices its edges touch. Here a name costs its bytes, 12 for
+where they lie, and 13 in the hash index (``bench.structures shard-names``).
+
+Owns nothing but the table: who decides that an id is free (a shard, with a
+window) calls :meth:`NameTable.remove`. The hashes are Python's own string hash,
+salted per process: never stored, the index is rebuilt from the names on a load.
+A lookup checks each name the index finds against the bytes at its id, all at
+once in NumPy (a Python step per name would cost what the dict did); a name whose
+hash another held name has (that any two of 5 M names share one has a chance of
+~7 in 10**7) is kept in a small dict beside the index, so a clash costs a dict
+entry, never a wrong id.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, cast
+
+import numpy as np
+
+from ingest.keyindex import KeyIndex
+from snapshots.growable import Column
+
+# The bytes of removed names are dropped (the buffer rewritten) once they pass this share of it:
+# a name's bytes are copied 1 / DEAD_SHARE times at most over its life.
+DEAD_SHARE = 0.5
+# ... and at least this many: a small table is not rewritten for a few removals.
+MIN_DEAD = 1 << 16
+# Any str round-trips, lone surrogates included (a JSON string may hold one).
+_ERRORS = "surrogatepass"
+
+
+def hashes(names: list[str]) -> np.ndarray:
+    """Each name's 64-bit hash as a uint64 key (Python's own, computed once per string object)."""
+    return np.fromiter((hash(name) for name in names), dtype=np.int64, count=len(names)).view(np.uint64)
+
+
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``starts[i] .. starts[i] + lengths[i] - 1`` for every i, and for each the i it came from."""
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts.astype(np.int64), lengths) + offs, owner
+
+
+def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
+    enc = [n.encode("utf-8", _ERRORS) for n in names]
+    return b"".join(enc), np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+
+
+class NameTable:
+    """Id -> name (None: no name at that id) and name -> id, for distinct names at ids the caller picks."""
+
+    def __init__(self) -> None:
+        self._blob = Column(np.uint8)
+        self._start = Column(np.int64)  # per id: where its bytes start in the blob
+        self._len = Column(np.int32)  # per id: how many there are; -1: no name
+        self._by_hash = KeyIndex()
+        self._clash: dict[str, int] = {}
+        self._held = 0
+        self._dead = 0  # bytes of removed names still in the blob
+
+    def __len__(self) -> int:
+        """Ids so far (held or not): one past the highest id ever named."""
+        return len(self._len)
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    @property
+    def nbytes(self) -> int:
+        return self._blob.nbytes + self._start.nbytes + self._len.nbytes + self._by_hash.nbytes
+
+    # -- reading ------------------------------------------------------------
+    def __getitem__(self, i: int) -> str | None:
+        n = int(self._len.view[i])
+        if n < 0:
+            return None
+        s = int(self._start.view[i])
+        return self._blob.view[s : s + n].tobytes().decode("utf-8", _ERRORS)
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self.tolist())
+
+    def take(self, ids: np.ndarray) -> list[str | None]:
+        """The name at each of ``ids``, with one gather of their bytes."""
+        ids = np.asarray(ids, dtype=np.int64)
+        lengths = self._len.view[ids].astype(np.int64)
+        raw = self._blob.view[_spans(self._start.view[ids], np.maximum(lengths, 0))[0]].tobytes()
+        out: list[str | None] = []
+        at = 0
+        for n in lengths.tolist():
+            if n < 0:
+                out.append(None)
+            else:
+                out.append(raw[at : at + n].decode("utf-8", _ERRORS))
+                at += n
+        return out
+
+    def unnamed(self) -> np.ndarray:
+        """The ids below :func:`len` that hold no name, ascending."""
+        return np.flatnonzero(self._len.view < 0)
+
+    def tolist(self) -> list[str | None]:
+        return self.take(np.arange(len(self), dtype=np.int64))
+
+    def lookup(self, names: list[str], hashed: np.ndarray | None = None) -> np.ndarray:
+        """The id of each name (int64), -1 where it is not held. ``hashed``: :func:`hashes` of ``names``,
+        where the caller has them already."""
+        if not names:
+            return np.zeros(0, np.int64)
+        ids = self._by_hash.get(hashes(names) if hashed is None else hashed)
+        hit = np.flatnonzero(ids >= 0)
+        if len(hit):
+            asked = names if len(hit) == len(names) else [names[k] for k in hit.tolist()]
+            ids[hit[~self._holds(ids[hit], asked)]] = -1  # the hash is another name's
+        if self._clash:
+            clash = self._clash
+            for k in np.flatnonzero(ids < 0).tolist():
+                ids[k] = clash.get(names[k], -1)
+        return ids
+
+    def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
+        """Whether each id holds the name given for it: lengths first, then the bytes, all at once."""
+        raw, lengths = _encoded(names)
+        same = self._len.view[ids] == lengths
+        if not same.all():
+            keep = np.flatnonzero(same)
+            raw = b"".join(names[k].encode("utf-8", _ERRORS) for k in keep.tolist())
+            ids, lengths = ids[keep], lengths[keep]
+        else:
+            keep = None
+        pos, owner = _spans(self._start.view[ids], lengths)
+        wrong = np.zeros(len(ids), dtype=bool)
+        wrong[owner[self._blob.view[pos] != np.frombuffer(raw, dtype=np.uint8)]] = True
+        if keep is None:
+            return ~wrong
+        same[keep[wrong]] = False
+        return same
+
+    # -- writing ------------------------------------------------------------
+    def add(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None) -> None:
+        """Hold distinct ``names`` (none held yet) at ``ids`` (ids without a name, or past the last);
+        ``hashed`` as for :meth:`lookup`."""
+        if not names:
+            return
+        ids = np.asarray(ids, dtype=np.int64)
+        raw, lengths = _encoded(names)
+        top = int(ids.max()) + 1
+        if top > len(self._len):
+            self._start.extend(np.zeros(top - len(self._start), dtype=np.int64))
+            self._len.extend(np.full(top - len(self._len), -1, dtype=np.int32))
+        self._start.view[ids] = len(self._blob) + np.cumsum(lengths) - lengths
+        self._len.view[ids] = lengths
+        self._blob.extend(np.frombuffer(raw, dtype=np.uint8))
+        h = hashes(names) if hashed is None else hashed
+        # A hash held by a name already, or by an earlier name of this batch, goes to the clash dict.
+        taken = self._by_hash.get(h) >= 0
+        again = np.ones(len(h), dtype=bool)
+        again[np.unique(h, return_index=True)[1]] = False
+        for k in np.flatnonzero(taken | again).tolist():
+            self._clash[names[k]] = int(ids[k])
+        keep = ~(taken | again)
+        self._by_hash.put(h[keep], ids[keep])
+        self._held += len(names)
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Drop the names at ``ids`` (distinct, each holding one); the ids are free for :meth:`add`."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return
+        names = cast(list[str], self.take(ids))  # each id holds a name
+        clash = self._clash
+        own = [name for name in names if clash.pop(name, None) is None]  # else its hash is another's
+        self._by_hash.discard(hashes(own))
+        self._dead += int(self._len.view[ids].sum())
+        self._len.view[ids] = -1
+        self._held -= len(ids)
+        if self._dead > max(MIN_DEAD, DEAD_SHARE * len(self._blob)):
+            self._pack()
+
+    def _pack(self) -> None:
+        """Rewrite the blob with the held names' bytes only, in id order."""
+        held = np.flatnonzero(self._len.view >= 0)
+        lengths = self._len.view[held].astype(np.int64)
+        blob = Column(np.uint8)
+        blob.extend(self._blob.view[_spans(self._start.view[held], lengths)[0]])
+        self._start.view[held] = np.cumsum(lengths) - lengths
+        self._blob, self._dead = blob, 0
+
+    # -- checkpoints --------------------------------------------------------
+    def state(self) -> dict:
+        """The table as three arrays (views: write them out before the table changes)."""
+        return {"blob": self._blob.view, "start": self._start.view, "len": self._len.view}
+
+    @classmethod
+    def from_state(cls, state: dict) -> NameTable:
+        """A table of :meth:`state` (its bytes packed anew, in id order)."""
+        lengths = np.asarray(state["len"], dtype=np.int32)
+        held = np.flatnonzero(lengths >= 0)
+        table = cls()
+        table._start.extend(np.zeros(len(lengths), dtype=np.int64))
+        table._len.extend(np.full(len(lengths), -1, dtype=np.int32))
+        names = cls._decoded(np.asarray(state["blob"], dtype=np.uint8), np.asarray(state["start"])[held], lengths[held])
+        table.add(names, held)
+        return table
+
+    @staticmethod
+    def _decoded(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
+        raw = blob[_spans(starts, lengths.astype(np.int64))[0]].tobytes()
+        ends = np.cumsum(lengths.astype(np.int64)).tolist()
+        return [raw[a:b].decode("utf-8", _ERRORS) for a, b in zip([0, *ends[:-1]], ends)]
+
+    @classmethod
+    def of(cls, names: list[str | None]) -> NameTable:
+        """A table holding each name of ``names`` at its position (None: no name there)."""
+        table = cls()
+        if names:
+            table._start.extend(np.zeros(len(names), dtype=np.int64))
+            table._len.extend(np.full(len(names), -1, dtype=np.int32))
+        held = [i for i, name in enumerate(names) if name is not None]
+        table.add(cast(list[str], [names[i] for i in held]), np.array(held, dtype=np.int64))
+        return table
+

@@ -1,0 +1,85 @@
+"""The packed name table (:class:`snapshots.nametable.NameTable`) against a list and a dict.
+
+Its index keeps 64-bit hashes, so a clash of two names is rare enough never to be met by chance;
+the tests also force clashes with a hash of three values (monkeypatched in place of Python's string
+hash), where most lookups find another name's id and must see that the bytes differ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import snapshots.nametable
+from snapshots.nametable import NameTable
+
+
+def few_hashes(names: list[str]) -> np.ndarray:
+    """Three hash values for every name there is: most names clash with another."""
+    return np.array([sum(map(ord, name)) % 3 for name in names], dtype=np.uint64)
+
+
+@pytest.fixture(params=["python", "clashing"])
+def hashing(request, monkeypatch):
+    if request.param == "clashing":
+        monkeypatch.setattr(snapshots.nametable, "hashes", few_hashes)
+    return request.param
+
+
+# Names of several lengths and scripts, a lone surrogate (JSON allows one), the empty name, and pairs
+# that differ in one byte at either end: a comparison that skipped bytes would take one for the other.
+ODD = ["", "a", "ab", "ba", "é", "e\u0301", "日本", "\ud800", "x" * 300, "x" * 299 + "y", "y" + "x" * 299]
+
+
+def random_names(rng, k: int) -> list[str]:
+    pool = [f"v{int(x)}" for x in rng.integers(0, 400, k)] + [ODD[int(i)] for i in rng.integers(0, len(ODD), k // 4 + 1)]
+    return sorted(set(pool))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
+    monkeypatch.setattr(snapshots.nametable, "MIN_DEAD", 64)  # the blob is rewritten many times over
+    rng = np.random.default_rng(seed)
+    table, names, index = NameTable(), [], {}
+    free: list[int] = []
+    for _ in range(80):
+        # New names, some at ids given back, one batch at a time.
+        batch = [n for n in random_names(rng, int(rng.integers(0, 16))) if n not in index]
+        ids = []
+        for name in batch:
+            if free and rng.random() < 0.5:
+                i = free.pop()
+                names[i] = name
+            else:
+                i = len(names)
+                names.append(name)
+            ids.append(i)
+            index[name] = i
+        table.add(batch, np.array(ids, dtype=np.int64))
+        gone = [n for n in list(index) if rng.random() < 0.15]
+        table.remove(np.array([index[n] for n in gone], dtype=np.int64))
+        for n in gone:
+            i = index.pop(n)
+            names[i] = None
+            free.append(i)
+        asked = random_names(rng, 40)
+        assert table.lookup(asked).tolist() == [index.get(n, -1) for n in asked]
+        assert len(table) == len(names) and table.held == len(index)
+        assert table.tolist() == names and [table[i] for i in range(len(names))] == names
+    again = NameTable.from_state({k: v.copy() for k, v in table.state().items()})
+    assert again.tolist() == names and again.lookup(list(index)).tolist() == list(index.values())
+    built = NameTable.of(names)
+    assert built.tolist() == names and built.lookup(list(index)).tolist() == list(index.values())
+    assert built.lookup([]).tolist() == [] and NameTable.of([]).lookup(["a"]).tolist() == [-1]
+
+
+def test_a_lookup_tells_names_of_one_length_apart_by_their_bytes(monkeypatch):
+    """Every name on one hash: only the byte comparison tells them apart."""
+    monkeypatch.setattr(snapshots.nametable, "hashes", lambda names: np.zeros(len(names), dtype=np.uint64))
+    table = NameTable()
+    table.add(["abc", "abd", "xbc"], np.array([0, 1, 2]))
+    assert table.lookup(["abd", "xbc", "abc", "abe", "ab", "abcd"]).tolist() == [1, 2, 0, -1, -1, -1]
+    table.remove(np.array([0]))
+    assert table.lookup(["abc", "abd", "xbc"]).tolist() == [-1, 1, 2]
+    table.add(["abc"], np.array([0]))
+    assert table.lookup(["abc", "abd"]).tolist() == [0, 1]
