@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import math
 
+import msgspec
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.batch import Router
 from ingest.events import EdgeUpdate
+from snapshots.checkpoint import dumps, loads
 from snapshots.store import ShardStore
 from snapshots.window import TimeLog
 from tests.graphref import merge, window_reference
@@ -155,6 +157,12 @@ def test_vertices_the_window_emptied_give_their_ids_to_new_ones_and_the_shard_st
     assert restored.vertices.names.tolist() == store.vertices.names.tolist()
     assert restored.vertices.ids(held).tolist() == store.vertices.ids(held).tolist() and restored.vertices.free_ids().tolist() == store.vertices.free_ids().tolist()
     assert restored.snapshot() == store.snapshot()
+    # A checkpoint from before the packed names (one MessagePack array, None at released ids) loads alike.
+    saved = loads(b"".join(store.state()))
+    saved["vertices"] = msgspec.msgpack.encode(store.vertices.names.tolist())
+    older = ShardStore.restore(dumps(saved))
+    assert older.vertices.names.tolist() == store.vertices.names.tolist() and older.snapshot() == store.snapshot()
+    assert older.vertices.free_ids().tolist() == store.vertices.free_ids().tolist() and None in store.vertices.names.tolist()
     # A relaunch: the restored shard's next delta is the whole shard, read by a compute stage that
     # starts from the checkpointed ids. Released slots still name ids given back since; it must not see them.
     g = GlobalGraph.restore_ids(g.ids_state())
