@@ -35,13 +35,11 @@ import numpy as np
 from ingest.arrays import unique
 from ingest.keyindex import KeyIndex
 from snapshots.growable import Column
+from snapshots.nametable import hashes
 
-
-def _hashes(names: list[str]) -> np.ndarray:
-    """Each name's 64-bit hash as a uint64 key: Python's own string hash, salted per process, which is
-    all an index that lives in one process and is rebuilt from the names on a restore needs (and
-    computed once per string object, which caches it)."""
-    return np.fromiter((hash(name) for name in names), dtype=np.int64, count=len(names)).view(np.uint64)
+# Each name's 64-bit hash as a uint64 key: Python's own string hash, salted per process, which is all an
+# index that lives in one process and is rebuilt from the names on a restore needs (the shards' too).
+_hashes = hashes
 
 
 class NameIndex:

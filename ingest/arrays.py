@@ -24,3 +24,14 @@ def unique(a) -> np.ndarray:
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
+
+
+def gather_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``starts[i] .. starts[i] + counts[i] - 1`` for every i, and for each the i it came from."""
+    total = int(counts.sum()) if len(counts) else 0
+    if total == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(starts.astype(np.int64), counts) + offs, owner

@@ -21,6 +21,7 @@ from typing import Iterator, cast
 
 import numpy as np
 
+from ingest.arrays import gather_ranges
 from ingest.keyindex import KeyIndex
 from snapshots.growable import Column
 
@@ -36,17 +37,6 @@ _ERRORS = "surrogatepass"
 def hashes(names: list[str]) -> np.ndarray:
     """Each name's 64-bit hash as a uint64 key (Python's own, computed once per string object)."""
     return np.fromiter((hash(name) for name in names), dtype=np.int64, count=len(names)).view(np.uint64)
-
-
-def _spans(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions ``starts[i] .. starts[i] + lengths[i] - 1`` for every i, and for each the i it came from."""
-    total = int(lengths.sum()) if len(lengths) else 0
-    if total == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z
-    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.repeat(starts.astype(np.int64), lengths) + offs, owner
 
 
 def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
@@ -93,7 +83,7 @@ class NameTable:
         """The name at each of ``ids``, with one gather of their bytes."""
         ids = np.asarray(ids, dtype=np.int64)
         lengths = self._len.view[ids].astype(np.int64)
-        raw = self._blob.view[_spans(self._start.view[ids], np.maximum(lengths, 0))[0]].tobytes()
+        raw = self._blob.view[gather_ranges(self._start.view[ids], np.maximum(lengths, 0))[0]].tobytes()
         out: list[str | None] = []
         at = 0
         for n in lengths.tolist():
@@ -137,7 +127,7 @@ class NameTable:
             ids, lengths = ids[keep], lengths[keep]
         else:
             keep = None
-        pos, owner = _spans(self._start.view[ids], lengths)
+        pos, owner = gather_ranges(self._start.view[ids], lengths)
         wrong = np.zeros(len(ids), dtype=bool)
         wrong[owner[self._blob.view[pos] != np.frombuffer(raw, dtype=np.uint8)]] = True
         if keep is None:
@@ -191,7 +181,7 @@ class NameTable:
         held = np.flatnonzero(self._len.view >= 0)
         lengths = self._len.view[held].astype(np.int64)
         blob = Column(np.uint8)
-        blob.extend(self._blob.view[_spans(self._start.view[held], lengths)[0]])
+        blob.extend(self._blob.view[gather_ranges(self._start.view[held], lengths)[0]])
         self._start.view[held] = np.cumsum(lengths) - lengths
         self._blob, self._dead = blob, 0
 
@@ -214,7 +204,7 @@ class NameTable:
 
     @staticmethod
     def _decoded(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
-        raw = blob[_spans(starts, lengths.astype(np.int64))[0]].tobytes()
+        raw = blob[gather_ranges(starts, lengths.astype(np.int64))[0]].tobytes()
         ends = np.cumsum(lengths.astype(np.int64)).tolist()
         return [raw[a:b].decode("utf-8", _ERRORS) for a, b in zip([0, *ends[:-1]], ends)]
 

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from compute.exceptions import ComputeError
 from compute.graph import EdgeChanges, GlobalGraph
-from ingest.arrays import unique
+from ingest.arrays import gather_ranges, unique
 from snapshots.growable import Column
 
 log = logging.getLogger(__name__)
@@ -56,17 +56,6 @@ COMPACT_MIN = 8192
 # A frontier at least 1/16 of the rows reads the overlay through a per-row pointer built once
 # (O(rows)) rather than two binary searches per frontier row.
 _DENSE_FRONTIER = 16
-
-
-def gather_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions ``starts[i] .. starts[i] + counts[i] - 1`` for every i, and for each the i it came from."""
-    total = int(counts.sum()) if len(counts) else 0
-    if total == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z
-    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(starts.astype(np.int64), counts) + offs, owner
 
 
 def pack(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

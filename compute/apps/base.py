@@ -21,8 +21,9 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.adjacency import AppAdjacency, gather_ranges
+from compute.apps.adjacency import AppAdjacency
 from compute.graph import EdgeChanges, GlobalGraph
+from ingest.arrays import gather_ranges
 
 INF = np.int32(2**30)
 
