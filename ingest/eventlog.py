@@ -13,8 +13,12 @@ is fsynced too, so every creation here fsyncs its parent.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
+import time
+
+from ingest.exceptions import LockHeld
 
 
 class EventLog:
@@ -64,6 +68,28 @@ def open_durably(path: str, flags: int) -> int:
         fd = os.open(path, flags | os.O_CREAT, 0o644)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
         return fd
+
+
+def lock_exclusively(path: str, wait_s: float = 0.0) -> int:
+    """A descriptor holding an exclusive ``flock`` on ``path`` (created durably) with this process's id
+    written in it, once no other holds it: waits up to ``wait_s``, then raises :class:`LockHeld` naming
+    the holder's id. The kernel releases the lock when the descriptor is closed or its process ends,
+    SIGKILL included, so a crash never leaves it stale."""
+    fd = open_durably(path, os.O_RDWR)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise LockHeld(path, holder) from None
+            time.sleep(0.02)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def append_durably(path: str, data: bytes) -> None:

@@ -9,10 +9,11 @@ process id, so the second service can say who holds it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
+from ingest.eventlog import lock_exclusively
+from ingest.exceptions import LockHeld
 from pulsegraph.errors import PipelineError
 
 
@@ -23,19 +24,13 @@ class DataDirLock:
 
     def acquire(self) -> "DataDirLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._fd = lock_exclusively(str(self.path))
+        except LockHeld as held:
             raise PipelineError(
-                f"{self.path.parent} is in use by another pulsegraph service (process {holder}). "
+                f"{self.path.parent} is in use by another pulsegraph service (process {held.holder}). "
                 f"Operator action: stop that process, or give this one another --data-dir."
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
         return self
 
     def release(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import fcntl
 import json
 import os
 import threading
@@ -19,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ingest.eventlog import fsync_dir, makedirs_durably, open_durably
+from ingest.eventlog import fsync_dir, lock_exclusively, makedirs_durably, open_durably
+from ingest.exceptions import LockHeld
 from snapshots.exceptions import EpochLogError, EpochOrderError, EpochStateError
 
 
@@ -148,26 +148,14 @@ def _writer_lock(log_path: str, wait_s: float) -> int:
     included. Ray reports a killed actor dead before its process has always exited, and a
     coordinator in its last milliseconds could still append an epoch that the next generation,
     having read the log already, cuts again under the same number (a CI run saw epoch 27 twice)."""
-    path = log_path + WRITER_SUFFIX
-    fd = open_durably(path, os.O_RDWR)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise EpochLogError(
-                    f"another process (pid {holder}) still writes the epoch log {log_path} after {wait_s:.0f} s. "
-                    f"Operator action: stop that process (a second service, or a coordinator of this one that "
-                    f"did not exit), then start again."
-                ) from None
-            time.sleep(0.02)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    try:
+        return lock_exclusively(log_path + WRITER_SUFFIX, wait_s)
+    except LockHeld as held:
+        raise EpochLogError(
+            f"another process (pid {held.holder}) still writes the epoch log {log_path} after {wait_s:.0f} s. "
+            f"Operator action: stop that process (a second service, or a coordinator of this one that "
+            f"did not exit), then start again."
+        ) from None
 
 
 class EpochLog:
