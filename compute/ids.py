@@ -33,29 +33,21 @@ import msgspec
 import numpy as np
 
 from ingest.arrays import unique
-from ingest.keyindex import KeyIndex
 from snapshots.growable import Column
-from snapshots.nametable import hashes
-
-# Each name's 64-bit hash as a uint64 key: Python's own string hash, salted per process, which is all an
-# index that lives in one process and is rebuilt from the names on a restore needs (the shards' too).
-_hashes = hashes
+from snapshots.nametable import HashIndex
 
 
 class NameIndex:
     """Name -> id of the names in ``names`` (the list of names by id it indexes, shared, not copied).
 
-    The names' 64-bit hashes in a :class:`~ingest.keyindex.KeyIndex` (13 bytes a name) in place of a
-    dict (~70: its table, its entry and an int object per id), checked against ``names`` on every
-    lookup. A name whose hash another indexed name holds already (that any two of 5 M names share
-    one has a chance of ~7 in 10**7) is kept in a dict beside it, so a clash costs a dict entry,
-    never a wrong id. The mapping
+    A :class:`~snapshots.nametable.HashIndex` of the names' 64-bit hashes (13 bytes a name, as the
+    shards keep theirs) in place of a dict (~70: its table, its entry and an int object per id), each
+    candidate checked against ``names``; a clash costs a dict entry, never a wrong id. The mapping
     methods serve single names; :meth:`lookup` and :meth:`put` do a batch at array speed."""
 
     def __init__(self, names: list[str]) -> None:
         self._names = names
-        self._by_hash = KeyIndex()
-        self._clash: dict[str, int] = {}
+        self._index = HashIndex()
 
     @classmethod
     def of(cls, names: list[str]) -> NameIndex:
@@ -66,42 +58,24 @@ class NameIndex:
         return idx
 
     def __len__(self) -> int:
-        return len(self._by_hash) + len(self._clash)
+        return len(self._index)
+
+    def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
+        held = self._names
+        return np.fromiter((held[i] == name for i, name in zip(ids.tolist(), names)), dtype=bool, count=len(names))
 
     def lookup(self, names: list[str]) -> np.ndarray:
         """The id of each name (int64), -1 where it is not indexed."""
-        if not names:
-            return np.zeros(0, np.int64)
-        ids = self._by_hash.get(_hashes(names))
-        held, mine = self._names, self._clash
-        for k in np.flatnonzero(ids >= 0).tolist():
-            if held[ids[k]] != names[k]:
-                ids[k] = mine.get(names[k], -1)  # the hash is another name's
-        if mine:
-            for k in np.flatnonzero(ids < 0).tolist():
-                ids[k] = mine.get(names[k], -1)
-        return ids
+        return self._index.lookup(names, self._holds)
 
     def put(self, names: list[str], ids: np.ndarray) -> None:
         """Index distinct ``names`` (none indexed yet, each already at its id in the names list)."""
-        if not names:
-            return
-        ids = np.asarray(ids, dtype=np.int64)
-        h = _hashes(names)
-        # A hash held by an indexed name, or by an earlier name of this batch, goes to the clash dict.
-        taken = self._by_hash.get(h) >= 0
-        _, first = np.unique(h, return_index=True)
-        again = np.ones(len(h), dtype=bool)
-        again[first] = False
-        for k in np.flatnonzero(taken | again).tolist():
-            self._clash[names[k]] = int(ids[k])
-        keep = ~(taken | again)
-        self._by_hash.put(h[keep], ids[keep])
+        self._index.put(names, ids)
 
     def discard(self, name: str) -> None:
         """Stop indexing ``name`` (call while the names list still holds it at its id)."""
-        if self._clash.pop(name, None) is None and self.get(name) is not None:
-            self._by_hash.discard(_hashes([name]))
+        if name in self:
+            self._index.discard([name])
 
     def get(self, name: str, default: int | None = None) -> int | None:
         i = int(self.lookup([name])[0])

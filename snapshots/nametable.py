@@ -18,7 +18,7 @@ entry, never a wrong id.
 
 from __future__ import annotations
 
-from typing import Iterator, cast
+from typing import Callable, Iterator, cast
 
 import numpy as np
 
@@ -45,6 +45,60 @@ def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
     return b"".join(enc), np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
 
 
+class HashIndex:
+    """Name -> id through the names' 64-bit hashes, for whoever holds the names (and checks each candidate:
+    :meth:`lookup`'s ``holds``). A name whose hash another indexed name holds, or an earlier name of the
+    same batch, goes to a small dict beside the index: a clash costs a dict entry, never a wrong id."""
+
+    def __init__(self) -> None:
+        self._by_hash = KeyIndex()
+        self._clash: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_hash) + len(self._clash)
+
+    @property
+    def nbytes(self) -> int:
+        return self._by_hash.nbytes
+
+    def lookup(self, names: list[str], holds: Callable[[np.ndarray, list[str]], np.ndarray],
+               hashed: np.ndarray | None = None) -> np.ndarray:
+        """The id of each name (int64), -1 where it is not indexed. ``holds(ids, names)``: whether each id
+        names its name (the hash index's candidates are checked with it); ``hashed``: :func:`hashes` of
+        ``names``, where the caller has them already."""
+        if not names:
+            return np.zeros(0, np.int64)
+        ids = self._by_hash.get(hashes(names) if hashed is None else hashed)
+        hit = np.flatnonzero(ids >= 0)
+        if len(hit):
+            asked = names if len(hit) == len(names) else [names[k] for k in hit.tolist()]
+            ids[hit[~holds(ids[hit], asked)]] = -1  # the hash is another name's
+        if self._clash:
+            clash = self._clash
+            for k in np.flatnonzero(ids < 0).tolist():
+                ids[k] = clash.get(names[k], -1)
+        return ids
+
+    def put(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None) -> None:
+        """Index distinct ``names`` (none indexed yet) at ``ids``."""
+        if not names:
+            return
+        ids = np.asarray(ids, dtype=np.int64)
+        h = hashes(names) if hashed is None else hashed
+        taken = self._by_hash.get(h) >= 0
+        again = np.ones(len(h), dtype=bool)
+        again[np.unique(h, return_index=True)[1]] = False
+        for k in np.flatnonzero(taken | again).tolist():
+            self._clash[names[k]] = int(ids[k])
+        keep = ~(taken | again)
+        self._by_hash.put(h[keep], ids[keep])
+
+    def discard(self, names: list[str]) -> None:
+        """Stop indexing ``names`` (each indexed now)."""
+        clash = self._clash
+        self._by_hash.discard(hashes([name for name in names if clash.pop(name, None) is None]))  # else its hash is another's
+
+
 class NameTable:
     """Id -> name (None: no name at that id) and name -> id, for distinct names at ids the caller picks."""
 
@@ -52,8 +106,7 @@ class NameTable:
         self._blob = Column(np.uint8)
         self._start = Column(np.int64)  # per id: where its bytes start in the blob
         self._len = Column(np.int32)  # per id: how many there are; -1: no name
-        self._by_hash = KeyIndex()
-        self._clash: dict[str, int] = {}
+        self._index = HashIndex()
         self._held = 0
         self._dead = 0  # bytes of removed names still in the blob
 
@@ -67,7 +120,7 @@ class NameTable:
 
     @property
     def nbytes(self) -> int:
-        return self._blob.nbytes + self._start.nbytes + self._len.nbytes + self._by_hash.nbytes
+        return self._blob.nbytes + self._start.nbytes + self._len.nbytes + self._index.nbytes
 
     # -- reading ------------------------------------------------------------
     def __getitem__(self, i: int) -> str | None:
@@ -105,36 +158,20 @@ class NameTable:
     def lookup(self, names: list[str], hashed: np.ndarray | None = None) -> np.ndarray:
         """The id of each name (int64), -1 where it is not held. ``hashed``: :func:`hashes` of ``names``,
         where the caller has them already."""
-        if not names:
-            return np.zeros(0, np.int64)
-        ids = self._by_hash.get(hashes(names) if hashed is None else hashed)
-        hit = np.flatnonzero(ids >= 0)
-        if len(hit):
-            asked = names if len(hit) == len(names) else [names[k] for k in hit.tolist()]
-            ids[hit[~self._holds(ids[hit], asked)]] = -1  # the hash is another name's
-        if self._clash:
-            clash = self._clash
-            for k in np.flatnonzero(ids < 0).tolist():
-                ids[k] = clash.get(names[k], -1)
-        return ids
+        return self._index.lookup(names, self._holds, hashed)
 
     def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
         """Whether each id holds the name given for it: lengths first, then the bytes, all at once."""
         raw, lengths = _encoded(names)
-        same = self._len.view[ids] == lengths
-        if not same.all():
-            keep = np.flatnonzero(same)
-            raw = b"".join(names[k].encode("utf-8", _ERRORS) for k in keep.tolist())
-            ids, lengths = ids[keep], lengths[keep]
-        else:
-            keep = None
-        pos, owner = gather_ranges(self._start.view[ids], lengths)
-        wrong = np.zeros(len(ids), dtype=bool)
-        wrong[owner[self._blob.view[pos] != np.frombuffer(raw, dtype=np.uint8)]] = True
-        if keep is None:
-            return ~wrong
-        same[keep[wrong]] = False
-        return same
+        asked = np.frombuffer(raw, dtype=np.uint8)
+        same = np.flatnonzero(self._len.view[ids] == lengths)
+        if len(same) < len(ids):  # only the names of the length held are compared byte for byte
+            asked = asked[gather_ranges(np.cumsum(lengths)[same] - lengths[same], lengths[same])[0]]
+        pos, owner = gather_ranges(self._start.view[ids[same]], lengths[same])
+        holds = np.zeros(len(ids), dtype=bool)
+        holds[same] = True
+        holds[same[owner[self._blob.view[pos] != asked]]] = False
+        return holds
 
     # -- writing ------------------------------------------------------------
     def add(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None) -> None:
@@ -151,15 +188,7 @@ class NameTable:
         self._start.view[ids] = len(self._blob) + np.cumsum(lengths) - lengths
         self._len.view[ids] = lengths
         self._blob.extend(np.frombuffer(raw, dtype=np.uint8))
-        h = hashes(names) if hashed is None else hashed
-        # A hash held by a name already, or by an earlier name of this batch, goes to the clash dict.
-        taken = self._by_hash.get(h) >= 0
-        again = np.ones(len(h), dtype=bool)
-        again[np.unique(h, return_index=True)[1]] = False
-        for k in np.flatnonzero(taken | again).tolist():
-            self._clash[names[k]] = int(ids[k])
-        keep = ~(taken | again)
-        self._by_hash.put(h[keep], ids[keep])
+        self._index.put(names, ids, hashed)
         self._held += len(names)
 
     def remove(self, ids: np.ndarray) -> None:
@@ -167,10 +196,7 @@ class NameTable:
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
             return
-        names = cast(list[str], self.take(ids))  # each id holds a name
-        clash = self._clash
-        own = [name for name in names if clash.pop(name, None) is None]  # else its hash is another's
-        self._by_hash.discard(hashes(own))
+        self._index.discard(cast(list[str], self.take(ids)))  # each id holds a name
         self._dead += int(self._len.view[ids].sum())
         self._len.view[ids] = -1
         self._held -= len(ids)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import compute.ids
+import snapshots.nametable
 from compute.ids import NameIndex
 from tests.compute import test_reuse
 
@@ -24,7 +24,7 @@ def few_hashes(names: list[str]) -> np.ndarray:
 @pytest.fixture(params=["python", "clashing"])
 def hashing(request, monkeypatch):
     if request.param == "clashing":
-        monkeypatch.setattr(compute.ids, "_hashes", few_hashes)
+        monkeypatch.setattr(snapshots.nametable, "hashes", few_hashes)
     return request.param
 
 
