@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from api.archive import ResultArchive
     from api.store import ResultStore
     from bench.replay import sealed_epochs
+    from compute.apps.runner import AppConfig
     from compute.stage import ComputeStage, SealedEpoch
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,11 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--retain", type=int, default=120)
+    ap.add_argument("--topics-budget", type=float, default=0.2,
+                    help="K-exposure's share of the time, as the service runs it (0: recount every epoch, slow)")
     args = ap.parse_args(argv)
 
     archive_dir = tempfile.TemporaryDirectory(prefix="pg-bytes-")
     archive = ResultArchive(Path(archive_dir.name) / "results", args.retain)
-    stage, api = ComputeStage(("mentions",)), ResultStore(args.retain, archive)
+    apps = AppConfig(topics_budget=args.topics_budget or None)
+    stage, api = ComputeStage(("mentions",), apps=apps), ResultStore(args.retain, archive)
     t0 = time.perf_counter()
     stream = sealed_epochs(args.events, args.per_epoch, args.users, args.hashtags, args.partitions, args.shards)
     last = -1

@@ -10,6 +10,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures compute-names
     .venv/bin/python -m bench.structures compaction --ref 2039689
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
+    .venv/bin/python -m bench.structures shard-store --ref b986fd8
 
 * ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
@@ -18,6 +19,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 * ``compute-names``: :class:`compute.ids.NameIndex` against a dict over 3 M names: bytes per name
   (traced), 60 batches of 50 k names put, a lookup of 51 k names.
 * ``compaction``: :meth:`compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
+* ``shard-store``: a shard's :class:`snapshots.store.ShardStore` taking the growing stream's rounds and
+  cutting an epoch every 48 k events (40 epochs, one shard): receive and apply time per epoch.
 * ``shard-names``: a shard's :class:`snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
   1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
@@ -167,6 +170,45 @@ def shard_names(mod) -> str:
             f"{round_ms:.1f} ms ({round_ms * 1000 / 20_000:.2f} us a name); checkpoint out and back {ckpt_ms:.0f} ms")
 
 
+def shard_store(mod) -> str:
+    """A shard's receive and apply as the service drives them: the growing stream's rounds (2,000 records
+    a partition, as ``--batch-size``) routed to one shard, cut every 48 k events, up to ~2.5 M edges."""
+    global _SHARD_ROUNDS
+    if "_SHARD_ROUNDS" not in globals():
+        from ingest.batch import Router
+        from ingest.sources import SourceSpec, open_partitions
+        from ingest.transforms import Event, get_transform
+
+        spec = SourceSpec(kind="synthetic", partitions=4, rate=None, seed=7, users=3_000_000, hashtags=100_000)
+        names = spec.partition_names()
+        parts, transform, router = open_partitions(spec, names, {n: 0 for n in names}), get_transform("tweets"), Router(1)
+        _SHARD_ROUNDS = []
+        for _ in range(40):  # epochs of 48 k events: 6 rounds of 2,000 records from each of 4 partitions
+            rounds = []
+            for _ in range(6):
+                for p in parts:
+                    transform.feed(router, p.name, [Event(r.offset, 0, r.value) for r in p.next_batch(2000)])
+                rounds.append(pickle.dumps(router.take()[0], protocol=5))
+            _SHARD_ROUNDS.append((rounds, {p.name: p.position() for p in parts}))
+    store = mod.ShardStore(0)
+    recv = cut = 0.0
+    last = []
+    for e, (rounds, vector) in enumerate(_SHARD_ROUNDS, 1):
+        batches = [pickle.loads(r) for r in rounds]  # unpickled as Ray hands them over, outside the timing
+        t0 = time.perf_counter()
+        for b in batches:
+            store.receive(b)
+        t1 = time.perf_counter()
+        store.apply(e, vector)
+        t2 = time.perf_counter()
+        recv, cut = recv + t1 - t0, cut + t2 - t1
+        if e > len(_SHARD_ROUNDS) - 10:
+            last.append((t1 - t0, t2 - t1))
+    r10, a10 = (sum(x) / len(last) * 1000 for x in zip(*last))
+    return (f"{len(_SHARD_ROUNDS)} epochs, {store.edges.live():,} live edges; receive {recv:.2f} s, apply {cut:.2f} s in all; "
+            f"the last 10 epochs: receive {r10:.0f} ms, apply {a10:.0f} ms an epoch")
+
+
 def compaction(mod) -> str:
     rng = np.random.default_rng(0)
     n, m, k = 3_000_000, 20_000_000, 1_000_000
@@ -184,6 +226,7 @@ CASES = {
     "compute-names": (compute_names, "compute/ids.py"),
     "compaction": (compaction, "compute/resident.py"),
     "shard-names": (shard_names, "snapshots/interner.py"),
+    "shard-store": (shard_store, "snapshots/store.py"),
 }
 
 

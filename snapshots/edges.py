@@ -40,6 +40,9 @@ class EdgeTable:
         self.first_ts = Column(np.float64)
         self._index = KeyIndex()  # edge key -> slot, for the slots held
         self._free = np.zeros(0, dtype=np.int64)  # released slots (sorted), taken by new edges first
+        # Per type id: has a slot ever held an edge of it. Kept as edges arrive, so that naming the
+        # types in use costs the types, not a count over every slot each epoch.
+        self._type_seen = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -84,6 +87,7 @@ class EdgeTable:
             col.view[reused] = values[:k]
             col.extend(values[k:])
         self._index.put(nk, fresh)
+        self._see_types(cols[2][1])
         touched = np.concatenate([old, fresh])
         if not rows:
             return touched
@@ -92,6 +96,19 @@ class EdgeTable:
         row_slots = np.empty(len(keys), dtype=np.int64)
         row_slots[order] = slot_of[np.cumsum(np.r_[True, sk[1:] != sk[:-1]]) - 1]
         return touched, row_slots
+
+    def _see_types(self, etype: np.ndarray) -> None:
+        if not len(etype):
+            return
+        top = int(etype.max()) + 1
+        if top > len(self._type_seen):
+            self._type_seen = np.concatenate([self._type_seen, np.zeros(top - len(self._type_seen), dtype=bool)])
+        self._type_seen[etype] = True
+
+    def types_seen(self) -> np.ndarray:
+        """The type ids some slot has held an edge of (sorted): a released slot keeps counting, as its
+        column still names the type, and the ids come back the same after a checkpoint's load."""
+        return np.flatnonzero(self._type_seen)
 
     def release(self, slots: np.ndarray) -> None:
         """Give ``slots`` (edges with nothing left: multiplicity and weight 0) back for new edges to take;
@@ -110,6 +127,7 @@ class EdgeTable:
         for name in ("src", "dst", "etype", "mult", "weight", "first_ts"):
             getattr(self, name).extend(cols[name])
         self._free = np.asarray(cols.get("free", np.zeros(0)), dtype=np.int64)
+        self._see_types(self.etype.view)
         keys = edge_keys(self.src.view, self.dst.view, self.etype.view)
         held = np.ones(len(keys), dtype=bool)
         held[self._free] = False
