@@ -23,11 +23,12 @@ Layout (all NumPy, no Python object per edge):
   freed edges cost what they are, not a copy of the index (which, as one sorted
   array, made every epoch's work and transient memory grow with the graph).
   13 bytes per edge (the slot is an int32).
-* **Adjacency.** ``src << 32 | slot`` and ``dst << 32 | slot`` in two more
-  (value-less) key indexes, so the out- or in-edges of a vertex are one range.
-  A slot is freed only once no retained epoch sees its edge live, so the edges
-  of a vertex as of a retained epoch are a subset of its slots now. 18 bytes
-  per edge.
+* **Adjacency.** The key index sorts by source first, so the out-edges of a
+  vertex are already one range of it. The in-edges are one range of
+  ``dst << 32 | slot`` in one more (value-less) key index. A slot is freed only
+  once no retained epoch sees its edge live, so the edges of a vertex as of a
+  retained epoch are a subset of its slots now. 9 bytes per edge (an index by
+  source as well, as before, cost 9 more and the updates of a third index).
 * **Undo records.** Per retained epoch, the slots it changed (sorted) and their
   state *before* it (once the epoch is cold, read from its result archive file,
   memory-mapped: :meth:`GraphHistory.map_undo`). The state of a few slots as of epoch ``E`` is the current
@@ -59,6 +60,7 @@ _ID_BITS = 26
 _TYPE_BITS = 12
 MAX_VERTICES = 1 << _ID_BITS
 MAX_TYPES = 1 << _TYPE_BITS
+_KEY_SRC_SHIFT = _ID_BITS + _TYPE_BITS
 
 
 class GraphCapacityError(PulsegraphError):
@@ -69,7 +71,7 @@ def pack(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
     s = src.astype(np.uint64)
     d = dst.astype(np.uint64)
     t = etype.astype(np.uint64)
-    return (s << np.uint64(_ID_BITS + _TYPE_BITS)) | (d << np.uint64(_TYPE_BITS)) | t
+    return (s << np.uint64(_KEY_SRC_SHIFT)) | (d << np.uint64(_TYPE_BITS)) | t
 
 
 def _adjacent(ends: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -106,8 +108,7 @@ class GraphHistory:
         self.changed = Column(np.int32)  # per slot: the last epoch that changed it
         self._free = np.zeros(0, np.int64)  # freed slots (sorted), taken by new edges first
         self._keys = KeyIndex()  # edge key -> slot
-        self._by_src = KeyIndex(values=False)  # src << 32 | slot
-        self._by_dst = KeyIndex(values=False)
+        self._by_dst = KeyIndex(values=False)  # dst << 32 | slot (out-edges: a range of ``_keys``)
         self._undo: collections.deque[_Undo] = collections.deque()
         self.epoch = 0
         self._first = 0  # the first epoch applied: nothing before it can be rebuilt (0: none yet)
@@ -129,7 +130,7 @@ class GraphHistory:
     @property
     def nbytes(self) -> int:
         cols = (self.src, self.dst, self.etype, self.mult, self.weight, self.changed)
-        index = (self._keys, self._by_src, self._by_dst)
+        index = (self._keys, self._by_dst)
         undo = sum(u.slots.nbytes + u.mult.nbytes + u.weight.nbytes for u in self._undo)
         return sum(c.nbytes for c in cols) + sum(i.nbytes for i in index) + self._free.nbytes + undo
 
@@ -177,7 +178,6 @@ class GraphHistory:
                 for col in (self.mult, self.weight, self.changed):
                     col.extend(np.zeros(n_new - k, np.int64))
                 self._keys.put(keys[fresh], new_slots)
-                self._by_src.put(_adjacent(src[fresh], new_slots))
                 self._by_dst.put(_adjacent(dst[fresh], new_slots))
             if full:
                 gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
@@ -239,7 +239,6 @@ class GraphHistory:
             return
         src, dst = self.src.view[s], self.dst.view[s]
         self._keys.discard(pack(src, dst, self.etype.view[s]))
-        self._by_src.discard(_adjacent(src, s))
         self._by_dst.discard(_adjacent(dst, s))
         self._free = np.union1d(self._free, s)
 
@@ -273,9 +272,14 @@ class GraphHistory:
         with self._lock:
             if epoch is not None:
                 self._require(epoch)
-            index = self._by_src if direction == "out" else self._by_dst
-            keys, _ = index.range(vertex << 32, (vertex + 1) << 32)
-            cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)  # one vertex: sorted by slot
+            if direction == "out":
+                # The packed key's top bits are the source; the last vertex's range ends past 2**64.
+                hi = (vertex + 1) << _KEY_SRC_SHIFT
+                _, slots = self._keys.range(vertex << _KEY_SRC_SHIFT, hi if hi < 1 << 64 else None)
+                cand = slots.astype(np.int64)
+            else:
+                keys, _ = self._by_dst.range(vertex << 32, (vertex + 1) << 32)
+                cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
             mult = self.mult.view[cand].copy()
             weight = self.weight.view[cand].copy()
             if epoch is not None and epoch < self.epoch:

@@ -171,11 +171,12 @@ class KeyIndex:
         if self._dead >= max(MIN_DEAD, DEAD_SHARE * self._live):
             self.compact()
 
-    def range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """The keys held in ``[lo, hi)``, sorted, and their values (empty for a set)."""
+    def range(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """The keys held in ``[lo, hi)`` (``hi`` None: to the last key), sorted, and their values (empty for a set)."""
         ks, vs = [], []
         for r in self._runs:
-            a, b = np.searchsorted(r.keys, np.array([lo, hi], np.uint64))
+            a = int(np.searchsorted(r.keys, np.uint64(lo)))
+            b = len(r.keys) if hi is None else int(np.searchsorted(r.keys, np.uint64(hi)))
             if a == b:
                 continue
             alive = ~r.dead[a:b]

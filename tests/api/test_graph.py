@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from api.graph import GraphHistory
+from api.graph import MAX_TYPES, MAX_VERTICES, GraphHistory
 from compute.graph import EdgeChanges
 from ingest import keyindex
 
@@ -146,11 +146,21 @@ def test_a_small_epoch_does_not_rewrite_the_indexes_of_a_large_graph():
     g = GraphHistory(retain=4)
     src, dst = rng.integers(0, 50_000, n), rng.integers(0, 50_000, n)
     g.apply(1, EdgeChanges(src, dst, np.zeros(n, np.int16), np.ones(n, np.int64), np.ones(n, np.int64)))
-    largest = [i._runs[0].keys for i in (g._keys, g._by_src, g._by_dst)]
+    largest = [i._runs[0].keys for i in (g._keys, g._by_dst)]
     for e in range(2, 12):
         s, d = rng.integers(0, 50_000, 100), rng.integers(0, 50_000, 100)
         ended = rng.integers(0, n, 100)
         g.apply(e, EdgeChanges(np.r_[s, src[ended]], np.r_[d, dst[ended]], np.zeros(200, np.int16),
                                np.r_[np.ones(100), np.zeros(100)].astype(np.int64), np.r_[np.ones(100), np.zeros(100)].astype(np.int64)))
-    for index, before in zip((g._keys, g._by_src, g._by_dst), largest):
+    for index, before in zip((g._keys, g._by_dst), largest):
         assert index._runs[0].keys is before
+
+
+def test_the_highest_vertex_ids_and_types_the_key_holds_have_their_neighbors():
+    """Out-edges are a range of the packed edge key, whose last vertex's range ends past 2**64."""
+    top, t = MAX_VERTICES - 1, MAX_TYPES - 1
+    g = GraphHistory(retain=4)
+    g.apply(1, as_changes({(top, top, t): (1, 1), (top, 0, 0): (2, 2), (top - 1, top, t): (1, 1), (0, top, 0): (1, 1)}))
+    assert got(g, top, "out", None) == {(top, t, 1, 1), (0, 0, 2, 2)}
+    assert got(g, top - 1, "out", None) == {(top, t, 1, 1)}
+    assert got(g, top, "in", None) == {(top, t, 1, 1), (top - 1, t, 1, 1), (0, 0, 1, 1)}
