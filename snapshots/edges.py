@@ -106,8 +106,9 @@ class EdgeTable:
         self._type_seen[etype] = True
 
     def types_seen(self) -> np.ndarray:
-        """The type ids some slot has held an edge of (sorted): a released slot keeps counting, as its
-        column still names the type, and the ids come back the same after a checkpoint's load."""
+        """The type ids of the edges this table has held since it was made or loaded, sorted. In window
+        mode that may name a type whose every slot was released and taken by other types since: harmless,
+        as a delta's types are matched by name downstream."""
         return np.flatnonzero(self._type_seen)
 
     def release(self, slots: np.ndarray) -> None:
