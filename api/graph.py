@@ -177,8 +177,9 @@ class GraphHistory:
                     col.extend(values[k:])
                 for col in (self.mult, self.weight, self.changed):
                     col.extend(np.zeros(n_new - k, np.int64))
-                self._keys.put(keys[fresh], new_slots)
-                self._by_dst.put(_adjacent(dst[fresh], new_slots))
+                self._keys.put(keys[fresh], new_slots, absent=True)
+                # A new slot's adjacency key is new too: a freed slot's left with its edge.
+                self._by_dst.put(_adjacent(dst[fresh], new_slots), absent=True)
             if full:
                 gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
                 slots = np.concatenate([slots, gone])

@@ -133,15 +133,18 @@ class KeyIndex:
             out[at] = ~r.dead[pos]
         return out
 
-    def put(self, keys, vals=None) -> None:
+    def put(self, keys, vals=None, absent: bool = False) -> None:
         """Hold ``keys`` (distinct) with ``vals``: a key held already takes its new value, a dead one is
-        revived where it lies, the others come in as a new run."""
+        revived where it lies, the others come in as a new run. ``absent``: the caller knows that no
+        key is held (it has just looked them up); then they are searched for only when the index has
+        dead keys to revive, and an index without deletions (a shard's edges outside window mode) takes
+        new keys without a search."""
         keys = np.asarray(keys, np.uint64)
         if not len(keys):
             return
         vals = _values(vals) if self._values else _NONE
         rest = np.ones(len(keys), bool)
-        for r, pos, at in self._find(keys):
+        for r, pos, at in (() if absent and not self._dead else self._find(keys)):
             rest[at] = False
             revived = int(np.count_nonzero(r.dead[pos]))
             r.dead[pos] = False

@@ -86,7 +86,7 @@ class EdgeTable:
         for col, values in cols:
             col.view[reused] = values[:k]
             col.extend(values[k:])
-        self._index.put(nk, fresh)
+        self._index.put(nk, fresh, absent=True)
         self._see_types(cols[2][1])
         touched = np.concatenate([old, fresh])
         if not rows:

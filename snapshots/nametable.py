@@ -91,7 +91,7 @@ class HashIndex:
         for k in np.flatnonzero(taken | again).tolist():
             self._clash[names[k]] = int(ids[k])
         keep = ~(taken | again)
-        self._by_hash.put(h[keep], ids[keep])
+        self._by_hash.put(h[keep], ids[keep], absent=True)
 
     def discard(self, names: list[str]) -> None:
         """Stop indexing ``names`` (each indexed now)."""

@@ -44,9 +44,13 @@ def test_matches_a_dict_through_merges_tombstones_and_compactions(values, batche
     for step, (is_put, keys) in enumerate(batches):
         keys = list(dict.fromkeys(keys))  # put takes distinct keys
         if is_put:
-            vals = [step * 1000 + k for k in keys]
-            idx.put(np.array(keys, np.uint64), np.array(vals, np.int64) if values else None)
-            ref.update(zip(keys, vals if values else [0] * len(keys)))
+            # The keys not held go in as the callers that have just looked them up put them (absent):
+            # searched for only while tombstones may hold them.
+            for absent in (True, False):
+                part = [k for k in keys if (k not in ref) == absent]
+                vals = [step * 1000 + k for k in part]
+                idx.put(np.array(part, np.uint64), np.array(vals, np.int64) if values else None, absent=absent)
+                ref.update(zip(part, vals if values else [0] * len(part)))
         else:
             idx.discard(np.array(keys + keys[:3], np.uint64))  # a key given twice is discarded once
             for k in keys:
