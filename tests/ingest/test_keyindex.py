@@ -46,8 +46,8 @@ def test_matches_a_dict_through_merges_tombstones_and_compactions(values, batche
         if is_put:
             # The keys not held go in as the callers that have just looked them up put them (absent):
             # searched for only while tombstones may hold them.
-            for absent in (True, False):
-                part = [k for k in keys if (k not in ref) == absent]
+            parts = {absent: [k for k in keys if (k not in ref) == absent] for absent in (True, False)}
+            for absent, part in parts.items():
                 vals = [step * 1000 + k for k in part]
                 idx.put(np.array(part, np.uint64), np.array(vals, np.int64) if values else None, absent=absent)
                 ref.update(zip(part, vals if values else [0] * len(part)))
