@@ -133,6 +133,11 @@ class VertexIds:
     def name(self, names: list[str], epoch: int) -> np.ndarray:
         """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones.
         Returns the ids given."""
+        if not self._free:  # nothing given back waits (always, outside window mode): ids in a run
+            given = np.arange(len(self.names), len(self.names) + len(names), dtype=np.int64)
+            self.names.extend(names)
+            self.index.put(names, given)
+            return given
         reused: list[int] = []
         given = np.zeros(len(names), dtype=np.int64)
         for k, name in enumerate(names):

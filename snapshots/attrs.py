@@ -46,9 +46,13 @@ def decode(raw: bytes | None) -> dict | None:
         return json.loads(raw)
 
 
+# The encoding a shard sends for attributes written and then expired from a window.
+NULL = b"null"
+
+
 def has_attrs(raw: bytes | None) -> bool:
     """Attributes were written and are there: not never written, not ``null`` (a window's expiry of the write)."""
-    return raw is not None and raw != b"null"
+    return raw is not None and raw != NULL
 
 
 class AttrTable:
@@ -83,7 +87,8 @@ class AttrTable:
         self._grow(max(ids) + 1)
         values, kept = self._values, self._kept
         for i, raw in zip(ids, raws):
-            values[i] = kept(raw)
+            # _kept inline for the long ones (a call per write was most of the loop's time).
+            values[i] = raw if len(raw) >= SHARE_BELOW else kept(raw)
 
     def raw(self, i: int) -> bytes | None:
         return self._values[i] if i < len(self._values) else None

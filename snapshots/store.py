@@ -23,7 +23,7 @@ import numpy as np
 
 from ingest.arrays import unique
 from ingest.batch import ShardBatch
-from snapshots.attrs import AttrTable, Stamps, decode, encode
+from snapshots.attrs import NULL, AttrTable, Stamps, decode, encode
 from snapshots.checkpoint import dumps, loads
 from snapshots.delta import EpochDelta, ShardSummary
 from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
@@ -209,7 +209,7 @@ class ShardStore:
             new_ids=newly.astype(np.int32),
             new_names=new_names,
             attr_ids=attr_ids,
-            attrs=[self.attrs.raw(i) or b"null" for i in attr_ids.tolist()],
+            attrs=[self.attrs.raw(i) or NULL for i in attr_ids.tolist()],
             e_slot=touched,
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),
