@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from compute.ids import NameChanges, NameIndex, VertexIds
-from ingest.arrays import unique
+from ingest.arrays import add_at, unique
 from snapshots.attrs import NULL, AttrTable, encode
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
@@ -318,8 +318,8 @@ class GlobalGraph:
         gone, came = was & ~(now & same), now & ~(was & same)
         self._sync_columns()
         for deg, b_end, a_end in ((self._out, before.src, after.src), (self._in, before.dst, after.dst)):
-            np.add.at(deg.view, b_end[gone], -1)
-            np.add.at(deg.view, a_end[came], 1)
+            add_at(deg.view, b_end[gone], -1)
+            add_at(deg.view, a_end[came], 1)
         return np.concatenate([before.src[gone], before.dst[gone], after.src[came], after.dst[came]]).astype(np.int64)
 
     def _update_presence(self, touched: np.ndarray) -> None:

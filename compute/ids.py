@@ -32,7 +32,7 @@ from typing import Callable
 import msgspec
 import numpy as np
 
-from ingest.arrays import unique
+from ingest.arrays import add_at, unique
 from snapshots.growable import Column
 from snapshots.nametable import HashIndex
 
@@ -171,7 +171,7 @@ class VertexIds:
         if not len(ids):
             return
         self._sync()
-        np.add.at(self._holders.view, ids, delta)
+        add_at(self._holders.view, ids, delta)
         if delta > 0:
             self._gone_since.view[ids] = -1
             return

@@ -35,3 +35,23 @@ def gather_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
     owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     return np.repeat(starts.astype(np.int64), counts) + offs, owner
+
+
+# Below this many indexes per target entry, np.add.at's own loop beats a bincount over the whole target.
+_BINCOUNT_SHARE = 1 / 16
+
+
+def add_at(target: np.ndarray, idx: np.ndarray, step) -> None:
+    """``np.add.at(target, idx, step)`` for an integer ``target`` and integer steps (a scalar or one per
+    index). ``np.add.at`` runs ~10x slower than a ``bincount`` per index (64 against 7 ms for 500 k
+    indexes into 2.8 M counts, NumPy 2.4.6); a bincount costs the whole target, so it serves the
+    batches with indexes enough to pay for that. Sums stay exact: float64 holds the counts' integers."""
+    idx = np.asarray(idx)
+    if len(idx) < _BINCOUNT_SHARE * len(target):
+        np.add.at(target, idx, step)
+        return
+    if np.ndim(step) == 0:
+        sums = np.bincount(idx, minlength=len(target)) * int(step)
+    else:
+        sums = np.rint(np.bincount(idx, weights=step, minlength=len(target)))
+    target += sums.astype(target.dtype)

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from compute.exceptions import ComputeError
 from compute.graph import EdgeChanges, GlobalGraph
-from ingest.arrays import gather_ranges, unique
+from ingest.arrays import add_at, gather_ranges, unique
 from snapshots.growable import Column
 
 log = logging.getLogger(__name__)
@@ -426,8 +426,8 @@ class AppAdjacency:
             order = np.argsort(back)
             self.inn.assign(back[order], live[order])
             went = (old == 0).astype(np.int32) - (~live).astype(np.int32)
-            np.add.at(self._out_deg.view, rows, went)
-            np.add.at(self._in_deg.view, cols, went)
+            add_at(self._out_deg.view, rows, went)
+            add_at(self._in_deg.view, cols, went)
         for name in list(self._typed):
             self._apply_typed(g, name, changes)
 
