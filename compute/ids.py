@@ -133,25 +133,17 @@ class VertexIds:
     def name(self, names: list[str], epoch: int) -> np.ndarray:
         """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones.
         Returns the ids given."""
-        if not self._free:  # nothing given back waits (always, outside window mode): ids in a run
-            given = np.arange(len(self.names), len(self.names) + len(names), dtype=np.int64)
-            self.names.extend(names)
-            self.index.put(names, given)
-            return given
-        reused: list[int] = []
-        given = np.zeros(len(names), dtype=np.int64)
-        for k, name in enumerate(names):
-            if self._free:
-                i = heapq.heappop(self._free)
-                self.names[i] = name
-                reused.append(i)
-            else:
-                i = len(self.names)
-                self.names.append(name)
-            given[k] = i
+        # The first names take the ids given back, lowest first; the rest new ids, in one run (all of
+        # them outside window mode, where nothing is given back).
+        reused = [heapq.heappop(self._free) for _ in range(min(len(self._free), len(names)))]
+        for i, name in zip(reused, names):
+            self.names[i] = name
+        start = len(self.names)
+        self.names.extend(names[len(reused):])
+        given = np.concatenate([np.array(reused, dtype=np.int64), np.arange(start, len(self.names), dtype=np.int64)])
         self.index.put(names, given)
         if reused:
-            self._log_renames(epoch, np.array(reused, dtype=np.int64), [self.names[i] for i in reused])
+            self._log_renames(epoch, np.array(reused, dtype=np.int64), names[: len(reused)])
         return given
 
     def ids_of(self, names: list[str], epoch: int) -> np.ndarray:
