@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ingest.arrays import unique
-from ingest.events import EdgeUpdate, Update, VertexUpdate
+from ingest.events import EdgeUpdate, Update, VertexUpdate, encode_attrs
 
 # The Router's name table (and its memos) is dropped between rounds when it grows
 # past this: hot names come right back, and a long-running actor's memory stays bounded.
@@ -58,7 +58,8 @@ class ShardBatch:
     v_part: np.ndarray = field(default_factory=lambda: _I32)
     v_off: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     v_id: np.ndarray = field(default_factory=lambda: _I32)
-    v_attrs: list[dict] = field(default_factory=list)
+    # Encoded once by ingest (:func:`~ingest.events.encode_attrs`), stored by the shard as they come.
+    v_attrs: list[bytes] = field(default_factory=list)
     v_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
 
     def __len__(self) -> int:
@@ -132,11 +133,12 @@ class Router:
             if isinstance(u, EdgeUpdate):
                 self._edges.append((p, offset, vid(u.src), vid(u.dst), self.type_id(u.type), u.sign, u.weight, u.ts))
             elif isinstance(u, VertexUpdate):
-                self._vertices.append((p, offset, vid(u.id), u.attrs, u.ts))
+                self._vertices.append((p, offset, vid(u.id), encode_attrs(u.attrs), u.ts))
 
     def extend(self, edges: dict[str, np.ndarray], vertices: dict[str, np.ndarray]) -> None:
         """Append rows given as columns (keys as :data:`EDGE_COLUMNS` and :data:`VERTEX_COLUMNS`,
-        ids from this router; ``attrs`` an object array), after every row added so far."""
+        ids from this router; ``attrs`` an object array of encoded attributes, as
+        :func:`~ingest.events.encode_attrs` makes them), after every row added so far."""
         self._seal()
         self._chunks.append((edges, vertices))
 

@@ -42,6 +42,7 @@ from ingest.events import (
     check_id,
     check_ts,
     decode,
+    encode_attrs,
     fixed_weight,
 )
 from ingest.exceptions import BadRecord, IngestError
@@ -228,6 +229,20 @@ def _ids_of(router: Router, names: list, owner, plain: np.ndarray) -> list[Any]:
     return got
 
 
+# What a tweet writes to its hashtags, encoded (as ingest.events.encode_attrs does: one object for all).
+_HASHTAG_ATTRS = encode_attrs({"kind": "hashtag"})
+
+
+def _user_attrs(last_seen: list[float]) -> list[bytes]:
+    """``encode_attrs({"kind": "user", "last_seen": t})`` of each finite ``t``, with one encoder call for
+    the lot: keys in sorted order, each float as msgspec writes it (no comma in any), so the same bytes
+    (the batch path test holds it to the per-record path). A tweet's author is written every tweet: a
+    dict each, pickled to the shard and encoded there, cost three times this."""
+    if not last_seen:
+        return []
+    return [b'{"kind":"user","last_seen":%s}' % t for t in msgspec.json.encode(last_seen)[1:-1].split(b",")]
+
+
 def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Tweet], slow) -> None:
     """The batch path of :func:`tweets_transform`: the same updates, in the same order.
 
@@ -292,7 +307,7 @@ def tweets_emit(router: Router, part: int, offsets: list[int], tweets: list[Twee
     user = np.array(user_ids, dtype=np.int32)
     v_id = np.concatenate([user[users_at], t_id.astype(np.int32)])[order]
     attrs = np.empty(len(v_id), dtype=object)
-    attrs[:] = [{"kind": "user", "last_seen": t} for t in ts[users_at].tolist()] + [{"kind": "hashtag"} for _ in range(len(t_id))]
+    attrs[:] = _user_attrs(ts[users_at].tolist()) + [_HASHTAG_ATTRS] * len(t_id)
     attrs = attrs[order]
     off = np.array(offsets, dtype=np.int64)
 

@@ -16,6 +16,7 @@ import json
 import msgspec
 import numpy as np
 
+from ingest.events import encode_attrs
 from snapshots.growable import Column
 
 # Encodings up to this long are shared between vertices (a few distinct small values: kinds, flags).
@@ -24,17 +25,9 @@ SHARE_BELOW = 32
 SHARE_MAX = 10_000
 
 
-# msgspec, not orjson: orjson's small results each keep a ~4 KB allocation behind them (measured:
-# 4,098 bytes per 40-byte encoding), which is fine for a response and ruinous for a value kept per vertex.
-_ENCODER = msgspec.json.Encoder(order="sorted")
 _DECODER = msgspec.json.Decoder()
-
-
-def encode(attrs: dict) -> bytes:
-    try:
-        return _ENCODER.encode(attrs)
-    except (msgspec.EncodeError, OverflowError, TypeError, RecursionError):  # integers past 64 bits, deep nesting
-        return json.dumps(attrs, sort_keys=True, separators=(",", ":")).encode()
+# One encoding from ingest to the shards and the compute stage: what ingest encodes, a shard keeps.
+encode = encode_attrs
 
 
 def decode(raw: bytes | None) -> dict | None:

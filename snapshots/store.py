@@ -38,7 +38,7 @@ class _PartitionBuffer:
 
     def __init__(self) -> None:
         self.edges: list[tuple[np.ndarray, ...]] = []  # (off, src, dst, type, sign, weight, ts)
-        self.vertices: list[tuple[np.ndarray, ...]] = []  # (off, vid, ts, seq, attrs as an object array)
+        self.vertices: list[tuple[np.ndarray, ...]] = []  # (off, vid, ts, seq, encoded attrs as an object array)
         self.offsets = np.zeros(0, dtype=np.int64)  # sorted offsets of buffered transactions
 
     def size(self) -> int:
@@ -240,7 +240,10 @@ class ShardStore:
         newer = self._stamps.newer(winners, partition_names)
         vid = winners["vid"][newer]
         ids = vid.tolist()
-        self.attrs.put_many(ids, [encode(attrs) for attrs in winners["attrs"][newer].tolist()])
+        raws = winners["attrs"][newer].tolist()
+        if not all(map(bytes.__instancecheck__, raws)):  # ingest encodes them; a hand-made batch may not
+            raws = [raw if isinstance(raw, bytes) else encode(raw) for raw in raws]
+        self.attrs.put_many(ids, raws)
         changed = set(ids)
         self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
         if self._writes is not None and bound is not None:

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from ingest import batch as batch_module
 from ingest.batch import Router
+from ingest.events import encode_attrs
 from ingest.exceptions import BadRecord
-from ingest.transforms import MAX_TWEET_FANOUT, Event, get_transform
+from ingest.transforms import MAX_TWEET_FANOUT, Event, _user_attrs, get_transform
 from tests.ingest.test_transforms import _records
 
 N_SHARDS = 3
@@ -120,3 +121,10 @@ def test_a_bad_record_in_a_large_round_rejects_only_itself():
     assert [(e.offset, reason.split(":")[0]) for e, reason in rejected] == [(123, "invalid event"), (401, "malformed JSON")]
     assert rejected == one_at_a_time(transform, slow, "p:0", events)
     assert resolved(fast.take()) == resolved(slow.take())
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=20))
+def test_the_batch_path_encodes_an_authors_attributes_as_the_shards_would(stamps):
+    """The batch path writes a tweet's author's attributes already encoded, one encoder call for the
+    lot; the bytes must be what encoding the dict gives, whatever the float (the shards keep them)."""
+    assert _user_attrs(stamps) == [encode_attrs({"kind": "user", "last_seen": t}) for t in stamps]

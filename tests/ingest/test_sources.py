@@ -370,7 +370,7 @@ def test_router_puts_updates_on_their_vertex_shard():
         for i in range(len(b.v_off)):
             vid = b.names[b.v_id[i]]
             assert shard_of(vid, n) == s
-            v = VertexUpdate(vid, b.v_attrs[i], float(b.v_ts[i]))
+            v = VertexUpdate(vid, msgspec.json.decode(b.v_attrs[i]), float(b.v_ts[i]))  # encoded by ingest
             got_vertices.append((b.partitions[b.v_part[i]], int(b.v_off[i]), v))
 
     want_edges = [(p, o, u) for p, o, us in txs for u in us if isinstance(u, EdgeUpdate)]
