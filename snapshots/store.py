@@ -195,7 +195,8 @@ class ShardStore:
         # Downstream ids are a pure function of the epochs: new vertices in name order, and only
         # the edge types applied so far, in name order (interning order depends on arrival).
         new_names = cast(list[str], self.vertices.names.take(newly))  # every id an applied update names is in use
-        order = np.argsort(np.array(new_names, dtype=object), kind="stable").tolist()
+        # Python's sort of the strs: NumPy's of an object array took 4x as long (a tenth of apply).
+        order = sorted(range(len(new_names)), key=new_names.__getitem__)
         newly, new_names = newly[order], [new_names[k] for k in order]
         types = cast(list[str], self.types.names.tolist())  # edge types are never given back
         used = e.types_seen()
