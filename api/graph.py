@@ -14,9 +14,10 @@ Layout (all NumPy, no Python object per edge):
   retention; then the slot is freed (its key leaves the index and the
   adjacency) and the next new edge takes it. So the slots follow the live
   edges plus what changed within the retention, not every edge ever seen.
-  Per slot: ``src``, ``dst`` (int32), ``etype`` (int16), ``mult``, ``weight``
-  (int64): the state as of the newest applied epoch, and the last epoch that
-  changed it (int32: 68 years of an epoch a second). 30 bytes per edge.
+  Per slot: ``src``, ``dst`` (int32), ``etype`` (int16), ``mult`` (int32 until a
+  multiplicity needs int64: :mod:`snapshots.growable`), ``weight`` (int64): the
+  state as of the newest applied epoch, and the last epoch that changed it
+  (int32: 68 years of an epoch a second). 26 bytes per edge.
 * **Key index.** The edge key packed into one uint64 (src 26 bits, dst 26 bits,
   type 12 bits) with its slot, in a :class:`~ingest.keyindex.KeyIndex`: a batch
   of changes finds its slots with a ``searchsorted`` per run, and the new and
@@ -103,7 +104,7 @@ class GraphHistory:
         self.src = Column(np.int32)
         self.dst = Column(np.int32)
         self.etype = Column(np.int16)
-        self.mult = Column(np.int64)
+        self.mult = Column(np.int32, wide=np.int64)  # int64 by contract; narrow until a value needs it
         self.weight = Column(np.int64)
         self.changed = Column(np.int32)  # per slot: the last epoch that changed it
         self._free = np.zeros(0, np.int64)  # freed slots (sorted), taken by new edges first
@@ -188,7 +189,7 @@ class GraphHistory:
             order = np.argsort(slots)
             s = slots[order]
             self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy()))
-            self.mult.view[slots] = mult
+            self.mult.put(slots, mult)
             self.weight.view[slots] = weight
             self.changed.view[slots] = epoch
             while len(self._undo) > self.retain:
@@ -281,7 +282,7 @@ class GraphHistory:
             else:
                 keys, _ = self._by_dst.range(vertex << 32, (vertex + 1) << 32)
                 cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            mult = self.mult.view[cand].copy()
+            mult = self.mult.view[cand].astype(np.int64)  # undo records may be wider than the column
             weight = self.weight.view[cand].copy()
             if epoch is not None and epoch < self.epoch:
                 for u in reversed(self._undo):

@@ -76,7 +76,7 @@ class _ShardEdges:
         self.src = Column(np.int32)
         self.dst = Column(np.int32)
         self.etype = Column(np.int16)
-        self.mult = Column(np.int64)
+        self.mult = Column(np.int32, wide=np.int64)  # int64 by contract; narrow until a value needs it
         self.weight = Column(np.int64)
         self.first_ts = Column(np.float64)  # earliest add time of the edge (+inf: none)
 
@@ -291,7 +291,7 @@ class GlobalGraph:
             se.src.view[s] = l2g[delta.e_src]
             se.dst.view[s] = l2g[delta.e_dst]
             se.etype.view[s] = tmap[delta.e_type]
-            se.mult.view[s] = delta.e_mult
+            se.mult.put(s, delta.e_mult)
             se.weight.view[s] = delta.e_weight
             if len(delta.e_first_ts) == len(s):
                 se.first_ts.view[s] = delta.e_first_ts

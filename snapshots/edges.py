@@ -33,7 +33,7 @@ class EdgeTable:
         self.src = Column(np.int32)
         self.dst = Column(np.int32)
         self.etype = Column(np.int16)
-        self.mult = Column(np.int64)
+        self.mult = Column(np.int32, wide=np.int64)  # int64 by contract; narrow until a sum needs it
         self.weight = Column(np.int64)
         # The earliest event time among the edge's adds (+inf before any): min commutes, so it is a
         # pure function of the epoch vector like the sums. K-exposure orders adopters by it.
@@ -67,7 +67,7 @@ class EdgeTable:
         held = self._index.get(uniq)
         found = held >= 0
         old = held[found]
-        self.mult.view[old] += dm[found]
+        self.mult.put(old, self.mult.view[old] + dm[found])  # ``old`` is distinct; int32 + int64 sums in int64
         self.weight.view[old] += dw[found]
         self.first_ts.view[old] = np.minimum(self.first_ts.view[old], dt[found])
 
@@ -84,7 +84,7 @@ class EdgeTable:
         )
         k = len(reused)
         for col, values in cols:
-            col.view[reused] = values[:k]
+            col.put(reused, values[:k])
             col.extend(values[k:])
         self._index.put(nk, fresh, absent=True)
         self._see_types(cols[2][1])

@@ -215,7 +215,7 @@ class ShardStore:
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),
             e_type=type_map[e.etype.view[touched]],
-            e_mult=e.mult.view[touched].copy(),
+            e_mult=e.mult.view[touched].astype(np.int64),
             e_weight=e.weight.view[touched].copy(),
             e_first_ts=e.first_ts.view[touched].copy(),
             full=full,
@@ -296,7 +296,7 @@ class ShardStore:
         if not len(ts):
             return np.zeros(0, dtype=np.int64)
         e = self.edges
-        np.add.at(e.mult.view, slots, -sign.astype(np.int64))
+        e.mult.add(slots, -sign.astype(np.int64))
         np.add.at(e.weight.view, slots, -dw)
         self._count_rows(slots, sign, -1)
         touched = unique(slots)

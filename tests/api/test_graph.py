@@ -164,3 +164,16 @@ def test_the_highest_vertex_ids_and_types_the_key_holds_have_their_neighbors():
     assert got(g, top, "out", None) == {(top, t, 1, 1), (0, 0, 2, 2)}
     assert got(g, top - 1, "out", None) == {(top, t, 1, 1)}
     assert got(g, top, "in", None) == {(top, t, 1, 1), (top - 1, t, 1, 1), (0, 0, 1, 1)}
+
+
+def test_multiplicities_past_int32_answer_exactly_as_of_every_epoch():
+    """The view keeps multiplicities narrow until one needs int64; older epochs read their undo records
+    (kept narrow before the column widened) as they were."""
+    g = GraphHistory(retain=10)
+    states = []
+    for e, m in enumerate([1, 2**30, 2**31 + 7, 5, 2**40], start=1):
+        g.apply(e, as_changes({(0, 1, 0): (m, 7)}))
+        states.append(m)
+    for e, m in enumerate(states, start=1):
+        assert got(g, 0, "out", e) == {(1, 0, m, 7)}
+        assert got(g, 1, "in", e) == {(0, 0, m, 7)}
