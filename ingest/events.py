@@ -86,6 +86,8 @@ class VertexUpdate(NamedTuple):
 
 
 Update = Union[EdgeUpdate, VertexUpdate]
+Kind = Literal["edge", "vertex"]
+
 
 # Attributes travel from ingest to the shards, and are kept there and in the compute stage, as this
 # encoding: JSON with sorted keys, so equal attributes are equal bytes. Ingest encodes them once, where
@@ -101,7 +103,6 @@ def encode_attrs(attrs: dict) -> bytes:
         return _ATTRS_ENCODER.encode(attrs)
     except (msgspec.EncodeError, OverflowError, TypeError, RecursionError):  # integers past 64 bits, deep nesting
         return json.dumps(attrs, sort_keys=True, separators=(",", ":")).encode()
-Kind = Literal["edge", "vertex"]
 
 
 def check_id(value: str, field: str) -> str:
