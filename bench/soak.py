@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,6 +126,40 @@ def sample(root: int, base: str) -> dict:
     epochs = (get_json(base + "/v1/epochs?limit=1000") or {}).get("items", [])
     return {"t": time.time(), "rss": {r: v[0] for r, v in by_role.items()}, "anon": {r: v[1] for r, v in by_role.items()},
             "pss": {r: v[2] for r, v in by_role.items()}, "cpu": {r: v[3] for r, v in by_role.items()}, "health": health, "epochs": epochs}
+
+
+_SESSION = re.compile(r"(/\S+/session_[^/\s]+)/sockets/raylet")
+_SPILL = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^]]*\].*?(Spilled|Restored) (\d+) MiB, (\d+) objects", re.M)
+
+
+def ray_session(root: int) -> Path | None:
+    """The Ray session folder of the service below ``root`` (from its raylet's command line), if one runs."""
+    for pid in process_tree(root):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        m = _SESSION.search(cmd)
+        if m:
+            return Path(m.group(1))
+    return None
+
+
+def spills(session: Path | None, started: float) -> dict:
+    """What Ray's object store spilled to disk and read back during the run, from the raylet's log: its
+    lines count up since the start (MiB, objects), and the first spill's time after ``started``. An
+    object store too small for what is in flight spills instead of failing, at a cost in CPU and disk."""
+    out = {"spilled_mib": 0, "spilled_objects": 0, "restored_mib": 0, "restored_objects": 0, "first_spill_s": None}
+    try:
+        text = (session / "logs" / "raylet.out").read_text(errors="replace") if session else ""
+    except OSError:
+        return out
+    for stamp, kind, mib, objects in _SPILL.findall(text):
+        key = "spilled" if kind == "Spilled" else "restored"
+        out[f"{key}_mib"], out[f"{key}_objects"] = max(out[f"{key}_mib"], int(mib)), max(out[f"{key}_objects"], int(objects))
+        if key == "spilled" and out["first_spill_s"] is None:
+            out["first_spill_s"] = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) - started
+    return out
 
 
 def _killed_workers(log_path: Path) -> int:
@@ -244,11 +279,13 @@ def main() -> int:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     started = time.time()
     samples: list[dict] = []
+    session: Path | None = None
     try:
         deadline = started + args.minutes * 60.0
         while time.time() < deadline and proc.poll() is None:
             s = sample(proc.pid, base)
             samples.append(s)
+            session = session or ray_session(proc.pid)
             e = s["epochs"][0] if s["epochs"] else None
             total = sum(s["rss"].values()) / 1e9
             print(
@@ -278,6 +315,7 @@ def main() -> int:
     summary = summarize(samples, started, args.tail)
     summary["killed_or_oom_lines"] = killed
     summary["service_exited_early"] = not alive
+    summary.update(spills(session, started))
     (args.out / f"{stem}.json").write_text(json.dumps({"summary": summary, "samples": samples, "cmd": cmd}))
     gb = 1e9
     print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
