@@ -17,7 +17,9 @@ enough that the graph keeps growing), and every ``--every`` seconds samples
 * from the API: the newest epochs (live edges, records, timeliness, when each was
   sealed) and ``/health`` (throttling, memory budget).
 
-At the end it prints the BENCHMARKS.md rows (per phase and a summary: peak memory,
+At the end it also reads what Ray's object store spilled to disk and read back (the raylet's log of
+the service's session): a store too small for what is in flight spills rather than fails, at a cost.
+It prints the BENCHMARKS.md rows (per phase and a summary: peak memory,
 bytes per live edge above the first epoch, median time between epochs over the
 last minutes, timeliness p99, events/s sealed) and writes a PNG plot of memory by
 role and timeliness against time, plus the raw samples as JSON.
