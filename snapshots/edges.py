@@ -76,10 +76,11 @@ class EdgeTable:
         reused, self._free = self._free[:n_new], self._free[n_new:]
         fresh = np.concatenate([reused, np.arange(len(self), len(self) + n_new - len(reused), dtype=np.int64)])
         nk = uniq[new]
+        new_types = (nk & np.uint64(MAX_TYPES - 1)).astype(np.int16)
         cols = (
             (self.src, (nk >> SRC_SHIFT).astype(np.int32)),
             (self.dst, ((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32)),
-            (self.etype, (nk & np.uint64(MAX_TYPES - 1)).astype(np.int16)),
+            (self.etype, new_types),
             (self.mult, dm[new]), (self.weight, dw[new]), (self.first_ts, dt[new]),
         )
         k = len(reused)
@@ -87,7 +88,7 @@ class EdgeTable:
             col.put(reused, values[:k])
             col.extend(values[k:])
         self._index.put(nk, fresh, absent=True)
-        self._see_types(cols[2][1])
+        self._see_types(new_types)
         touched = np.concatenate([old, fresh])
         if not rows:
             return touched

@@ -31,7 +31,8 @@ class Interner:
 
     def ids(self, names: list[str]) -> np.ndarray:
         hashed = hashes(names)
-        got = self.names.lookup(names, hashed)  # names a shard has seen before are most of every batch
+        taken = np.zeros(len(names), dtype=bool)  # whose hash the index holds: the new names' put needs it
+        got = self.names.lookup(names, hashed, taken)  # names a shard has seen before are most of every batch
         absent = np.flatnonzero(got < 0)
         if len(absent):
             new: dict[str, int] = {}  # a name can repeat within ``names``
@@ -53,7 +54,7 @@ class Interner:
                     new[name] = j
                     first.append(k)
                 got[k] = j
-            self.names.add(list(new), np.fromiter(new.values(), dtype=np.int64, count=len(new)), hashed[first])
+            self.names.add(list(new), np.fromiter(new.values(), dtype=np.int64, count=len(new)), hashed[first], taken[first])
         return got.astype(np.int32)
 
     def release(self, ids: np.ndarray) -> None:

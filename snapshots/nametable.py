@@ -62,13 +62,17 @@ class HashIndex:
         return self._by_hash.nbytes
 
     def lookup(self, names: list[str], holds: Callable[[np.ndarray, list[str]], np.ndarray],
-               hashed: np.ndarray | None = None) -> np.ndarray:
+               hashed: np.ndarray | None = None, taken: np.ndarray | None = None) -> np.ndarray:
         """The id of each name (int64), -1 where it is not indexed. ``holds(ids, names)``: whether each id
         names its name (the hash index's candidates are checked with it); ``hashed``: :func:`hashes` of
-        ``names``, where the caller has them already."""
+        ``names``, where the caller has them already; ``taken`` (bool, one per name), if given, is set
+        where the name's hash is in the index (its own or another name's): what :meth:`put` of the
+        names not found needs to know, so that it need not search again."""
         if not names:
             return np.zeros(0, np.int64)
         ids = self._by_hash.get(hashes(names) if hashed is None else hashed)
+        if taken is not None:
+            taken[:] = ids >= 0
         hit = np.flatnonzero(ids >= 0)
         if len(hit):
             asked = names if len(hit) == len(names) else [names[k] for k in hit.tolist()]
@@ -79,13 +83,16 @@ class HashIndex:
                 ids[k] = clash.get(names[k], -1)
         return ids
 
-    def put(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None) -> None:
-        """Index distinct ``names`` (none indexed yet) at ``ids``."""
+    def put(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None,
+            taken: np.ndarray | None = None) -> None:
+        """Index distinct ``names`` (none indexed yet) at ``ids``; ``taken``: :meth:`lookup`'s, for these
+        names, when nothing was put in between."""
         if not names:
             return
         ids = np.asarray(ids, dtype=np.int64)
         h = hashes(names) if hashed is None else hashed
-        taken = self._by_hash.get(h) >= 0
+        if taken is None:
+            taken = self._by_hash.get(h) >= 0
         again = np.ones(len(h), dtype=bool)
         again[np.unique(h, return_index=True)[1]] = False
         for k in np.flatnonzero(taken | again).tolist():
@@ -155,10 +162,10 @@ class NameTable:
     def tolist(self) -> list[str | None]:
         return self.take(np.arange(len(self), dtype=np.int64))
 
-    def lookup(self, names: list[str], hashed: np.ndarray | None = None) -> np.ndarray:
+    def lookup(self, names: list[str], hashed: np.ndarray | None = None, taken: np.ndarray | None = None) -> np.ndarray:
         """The id of each name (int64), -1 where it is not held. ``hashed``: :func:`hashes` of ``names``,
-        where the caller has them already."""
-        return self._index.lookup(names, self._holds, hashed)
+        where the caller has them already; ``taken``: as for :meth:`HashIndex.lookup`."""
+        return self._index.lookup(names, self._holds, hashed, taken)
 
     def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
         """Whether each id holds the name given for it: lengths first, then the bytes, all at once."""
@@ -174,9 +181,10 @@ class NameTable:
         return holds
 
     # -- writing ------------------------------------------------------------
-    def add(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None) -> None:
+    def add(self, names: list[str], ids: np.ndarray, hashed: np.ndarray | None = None,
+            taken: np.ndarray | None = None) -> None:
         """Hold distinct ``names`` (none held yet) at ``ids`` (ids without a name, or past the last);
-        ``hashed`` as for :meth:`lookup`."""
+        ``hashed`` and ``taken`` as :meth:`lookup` had them for these names, nothing added since."""
         if not names:
             return
         ids = np.asarray(ids, dtype=np.int64)
@@ -188,7 +196,7 @@ class NameTable:
         self._start.view[ids] = len(self._blob) + np.cumsum(lengths) - lengths
         self._len.view[ids] = lengths
         self._blob.extend(np.frombuffer(raw, dtype=np.uint8))
-        self._index.put(names, ids, hashed)
+        self._index.put(names, ids, hashed, taken)
         self._held += len(names)
 
     def remove(self, ids: np.ndarray) -> None:

@@ -55,7 +55,12 @@ def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
                 names.append(name)
             ids.append(i)
             index[name] = i
-        table.add(batch, np.array(ids, dtype=np.int64))
+        if rng.random() < 0.5:
+            table.add(batch, np.array(ids, dtype=np.int64))
+        else:  # as a shard adds the names its lookup did not find: the lookup's hash hits passed on
+            taken = np.zeros(len(batch), dtype=bool)
+            assert table.lookup(batch, taken=taken).tolist() == [-1] * len(batch)
+            table.add(batch, np.array(ids, dtype=np.int64), taken=taken)
         gone = [n for n in list(index) if rng.random() < 0.15]
         table.remove(np.array([index[n] for n in gone], dtype=np.int64))
         for n in gone:
