@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from compute.ids import NameChanges, NameIndex, VertexIds
 from ingest.arrays import add_at, unique
-from snapshots.attrs import NULL, AttrTable, encode
+from snapshots.attrs import NULL, AttrTable, encoded
 from snapshots.delta import EpochDelta, weight_of
 from snapshots.growable import Column
 
@@ -275,9 +275,7 @@ class GlobalGraph:
             # Tens of thousands a delta where every tweet rewrites its author: in bulk, not one by one.
             self._sync_columns()
             gids = se.local_to_global.view[delta.attr_ids]
-            raws = delta.attrs
-            if not all(map(bytes.__instancecheck__, raws)):  # a shard sends bytes; hand-made deltas may not
-                raws = [attrs if isinstance(attrs, bytes) else encode(attrs) for attrs in raws]
+            raws = encoded(delta.attrs)  # a shard sends bytes; a hand-made delta may not
             self.attrs.put_many(gids.tolist(), raws)
             # snapshots.attrs.has_attrs of each (none is None here), per item in C: every tweet rewrites its
             # author, so this runs ~50 k times an epoch.

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ingest.arrays import add_at
+
 
 class Column:
     def __init__(self, dtype, capacity: int = 1024, wide=None) -> None:
@@ -55,7 +57,7 @@ class Column:
             return
         u, inv = np.unique(slots, return_inverse=True)
         sums = self._data[u].astype(np.int64)
-        np.add.at(sums, inv, np.asarray(deltas, dtype=np.int64))
+        add_at(sums, inv, np.asarray(deltas, dtype=np.int64))
         self.put(u, sums)
 
     @property

@@ -23,7 +23,7 @@ import numpy as np
 
 from ingest.arrays import unique
 from ingest.batch import ShardBatch
-from snapshots.attrs import NULL, AttrTable, Stamps, decode, encode
+from snapshots.attrs import NULL, AttrTable, Stamps, decode, encode, encoded
 from snapshots.checkpoint import dumps, loads
 from snapshots.delta import EpochDelta, ShardSummary
 from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
@@ -241,10 +241,7 @@ class ShardStore:
         newer = self._stamps.newer(winners, partition_names)
         vid = winners["vid"][newer]
         ids = vid.tolist()
-        raws = winners["attrs"][newer].tolist()
-        if not all(map(bytes.__instancecheck__, raws)):  # ingest encodes them; a hand-made batch may not
-            raws = [raw if isinstance(raw, bytes) else encode(raw) for raw in raws]
-        self.attrs.put_many(ids, raws)
+        self.attrs.put_many(ids, encoded(winners["attrs"][newer].tolist()))
         changed = set(ids)
         self._stamps.put_many({k: v[newer] for k, v in winners.items() if k != "attrs"}, partition_names)
         if self._writes is not None and bound is not None:
