@@ -71,7 +71,8 @@ class ResultFeed:
         self._thread.join(timeout=10)
 
     def poll(self) -> list[EpochView]:
-        results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names)))
+        whole, self._store.resend_whole = self._store.resend_whole, False
+        results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names), whole))
         results = owned(results)
         if not self._resumed and results and self._archive is not None:
             self._resumed = True

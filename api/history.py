@@ -1,7 +1,8 @@
 """Per-vertex arrays of the applications (component labels, landmark distances) as of any retained epoch.
 
-Each epoch brings a whole ``rows x n`` array; keeping one per retained epoch
-would cost ``rows * n`` per epoch. Like :class:`~api.graph.GraphHistory`, this
+Each epoch brings a whole ``rows x n`` array, or a patch of the one before
+(:class:`~compute.apps.base.Patch`: the entries that changed, written in place);
+keeping one per retained epoch would cost ``rows * n`` per epoch. Like :class:`~api.graph.GraphHistory`, this
 keeps the newest array whole and, per retained epoch, an undo record: the
 entries that epoch changed and their values before it, and the width (vertex
 count) before it (or the whole previous array when its row count changed, e.g.
@@ -19,11 +20,17 @@ memory, as the graph view's does.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 
 import numpy as np
 
-_COL_BITS = np.int64(32)
+from compute.apps.base import PATCH_COL_BITS as _COL_BITS
+from compute.apps.base import Patch
+
+log = logging.getLogger(__name__)
+
+_COL_MASK = np.int64((1 << 32) - 1)
 
 
 class ArrayHistory:
@@ -32,18 +39,34 @@ class ArrayHistory:
         self.fill = fill  # the value of entries of vertices that did not exist yet
         self.epoch = 0
         self._first = 0  # the first epoch pushed: nothing before it is known
+        # The newest array: the first columns of ``_buf``, whose columns past them hold ``fill`` (a patch
+        # that brings new vertices writes them in place, not into a copy of every row).
         self._current: np.ndarray | None = None
+        self._buf: np.ndarray | None = None
+        # The first epoch whose patch did not apply (it patched an epoch this history never got): from it
+        # on nothing is known until a whole array comes. None: no gap.
+        self._gap: int | None = None
         # epoch -> (keys sorted (row << 32 | col), values before the epoch, width before the epoch)
         # or the whole previous array
         self._undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def push(self, epoch: int, array: np.ndarray) -> None:
-        array = np.atleast_2d(array)
+    def push(self, epoch: int, array: np.ndarray | Patch) -> bool:
+        """Keep ``array`` as of ``epoch``: the whole array, or a :class:`~compute.apps.base.Patch` of the
+        newest one kept. False when a patch does not apply (it patches an epoch this history missed):
+        nothing from ``epoch`` on is known then until a whole array comes, which the caller asks for."""
         with self._lock:
             prev = self._current
             if prev is not None and epoch <= self.epoch:
-                return  # an epoch already kept (the feed may hand one over twice)
+                return True  # an epoch already kept (the feed may hand one over twice)
+            if isinstance(array, Patch):
+                return self._patch(epoch, array)
+            array = np.atleast_2d(array)
+            if self._gap is not None:
+                # The epochs between the last one kept and this one are not known: history starts again.
+                log.warning("per-vertex history starts again at epoch %d (epochs %d..%d unknown)", epoch, self._gap, epoch - 1)
+                self._undo.clear()
+                self._gap, prev = None, None
             if prev is not None:
                 if prev.shape[0] != array.shape[0] or prev.shape[1] > array.shape[1]:
                     undo: tuple | np.ndarray = prev
@@ -51,13 +74,45 @@ class ArrayHistory:
                     width = prev.shape[1]
                     r, c = np.nonzero(prev != array[:, :width])
                     undo = ((r.astype(np.int64) << _COL_BITS) | c, prev[r, c], width)
-                self._undo[epoch] = undo
-                while len(self._undo) > self.retain:
-                    self._undo.popitem(last=False)
+                self._keep_undo(epoch, undo)
             if prev is None:
                 self._first = epoch
-            self._current = array
+            self._buf = self._current = array
             self.epoch = epoch
+            return True
+
+    def _patch(self, epoch: int, patch: Patch) -> bool:
+        """:meth:`push` of a patch (under the lock)."""
+        prev, buf = self._current, self._buf
+        rows, width = patch.shape
+        if prev is None or buf is None or self._gap is not None or patch.base != self.epoch \
+                or rows != prev.shape[0] or width < prev.shape[1]:
+            if self._gap is None:
+                log.error("per-vertex history got a patch of epoch %d for epoch %d but holds epoch %d: unknown "
+                          "from epoch %d until a whole array comes", patch.base, epoch, self.epoch, epoch)
+                self._gap = epoch
+            return False
+        old = prev.shape[1]
+        if width > buf.shape[1]:
+            # Room for a quarter more vertices: a growing graph copies the rows once in a while, not each epoch.
+            buf = np.full((rows, width + width // 4 + 1024), self.fill, dtype=prev.dtype)
+            buf[:, :old] = prev
+            self._buf = buf
+        cur = buf[:, :width]
+        keys = patch.keys[(patch.keys & _COL_MASK) < old]  # new vertices' columns need no undo entry
+        before = cur[keys >> _COL_BITS, keys & _COL_MASK]
+        changed = before != patch.values[(patch.keys & _COL_MASK) < old]
+        # The undo record goes in before the entries change: a reader that saw a new value finds it.
+        self._keep_undo(epoch, (keys[changed], before[changed], old))
+        patch.write(cur)
+        self._current = cur
+        self.epoch = epoch
+        return True
+
+    def _keep_undo(self, epoch: int, undo: tuple | np.ndarray) -> None:
+        self._undo[epoch] = undo
+        while len(self._undo) > self.retain:
+            self._undo.popitem(last=False)
 
     def forget_before(self, epoch: int) -> None:
         """Drop the undo records that only serve epochs before ``epoch`` (that of epoch ``u`` gives ``u - 1``)."""
@@ -98,9 +153,9 @@ class ArrayHistory:
 
     def covers(self, epoch: int) -> bool:
         """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one
-        before the oldest undo record still retained."""
+        before the oldest undo record still retained, to the newest, but none from a gap on."""
         with self._lock:
-            if self._current is None:
+            if self._current is None or (self._gap is not None and epoch >= self._gap):
                 return False
             oldest = next(iter(self._undo), None)
             return epoch >= max(self._first, oldest - 1 if oldest is not None else self._first)
@@ -113,8 +168,11 @@ class ArrayHistory:
             arr = self._current
             if arr is None:
                 return np.full(len(cols), self.fill)
-            undos = [(e, u) for e, u in reversed(self._undo.items()) if e > epoch]
+        # Read without the lock while a patch may be written in place; the undo records are taken after
+        # the read, so the record of any patch whose new values it saw is among them and puts them back.
         out, shape = self._read(arr, rows, cols)
+        with self._lock:
+            undos = [(e, u) for e, u in reversed(self._undo.items()) if e > epoch]
         for _, u in undos:
             if isinstance(u, np.ndarray):
                 out, shape = self._read(u, rows, cols)

@@ -192,6 +192,8 @@ class ResultStore:
         self.components = ArrayHistory(retain, fill=-1)
         self.landmarks_to = ArrayHistory(retain, fill=65535)
         self.landmarks_from = ArrayHistory(retain, fill=65535)
+        # A patch did not apply (the feed missed a result): the feed asks the compute stage for whole arrays.
+        self.resend_whole = False
         self._sorted_names = SortedNames()
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
         self._merged_into: dict[int, int] = {}  # a retained epoch without results -> the ranked one holding it
@@ -362,7 +364,8 @@ class ResultStore:
             arrays = r.per_vertex() if isinstance(r, AppResult) else {}
             if arrays and all((name, f) in histories for f in arrays):  # else the view keeps them whole
                 for f, a in arrays.items():
-                    histories[(name, f)].push(e, a)
+                    if not histories[(name, f)].push(e, a):
+                        self.resend_whole = True  # a patch of an epoch the history missed
                 apps[name] = r.without_per_vertex()
                 kept = True
         return kept

@@ -75,10 +75,13 @@ class ComputeActor:
         payload = dumps(self._stage.checkpoint_state())
         return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", payload), time.perf_counter() - t0
 
-    def results_after(self, epoch: int, known_names: int) -> tuple[list[EpochResult], NameChanges]:
+    def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges]:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and
         what the vertex names did for a caller that knows the names of ids below ``known_names`` as
-        of ``epoch`` (the changes before it are let go too)."""
+        of ``epoch`` (the changes before it are let go too). ``whole``: the caller could not apply an
+        application's patch (it missed the result before), so the next epoch publishes whole arrays."""
+        if whole:
+            self._stage.apps.resend_whole()
         while self._results and self._results[0].epoch <= epoch:
             self._results.popleft()
         graph = self._stage.graph

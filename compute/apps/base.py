@@ -173,12 +173,56 @@ class AppDelta:
         )
 
 
+# A patch's keys: row << 32 | column (vertex ids stay below 2**31, rows are a few landmarks).
+PATCH_COL_BITS = np.int64(32)
+_PATCH_COL_MASK = np.int64((1 << 32) - 1)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A per-vertex field (``rows x width``) given as its change since an earlier epoch's published one:
+    what an application publishes in place of the whole array when an epoch changes a few of its entries
+    (landmark distances move where edges came and went, not everywhere).
+
+    ``base`` is the epoch whose published array (or patch) this applies to: a consumer applies it only
+    to that epoch's array, widened to ``shape`` with the field's fill (columns of vertices new since
+    ``base``), and asks for the whole array again when it does not hold that epoch's (it missed a result:
+    :meth:`~compute.apps.runner.Applications.resend_whole`). ``keys`` (int64, ascending, distinct:
+    ``row << 32 | column``) are the entries that may have changed, ``values`` what they hold now."""
+
+    base: int
+    shape: tuple[int, int]
+    keys: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, base: int, array: np.ndarray, written: list[list[np.ndarray]]) -> Patch:
+        """The entries of ``array`` (rows x width) in the columns ``written[row]`` holds (arrays of them, in
+        any order, repeats allowed)."""
+        parts = [(np.int64(r) << PATCH_COL_BITS) | np.asarray(c, dtype=np.int64) for r, cols in enumerate(written) for c in cols]
+        keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        rows, cols = keys >> PATCH_COL_BITS, keys & _PATCH_COL_MASK
+        return cls(base, (int(array.shape[0]), int(array.shape[1])), keys, array[rows, cols])
+
+    def write(self, out: np.ndarray) -> None:
+        """Write the changed entries into ``out``: the base's array widened to :attr:`shape` (or wider)."""
+        out[self.keys >> PATCH_COL_BITS, self.keys & _PATCH_COL_MASK] = self.values
+
+    def applied_to(self, base: np.ndarray, fill: int) -> np.ndarray:
+        """The whole array this stands for, from ``base`` (the array as of epoch :attr:`base`; a copy)."""
+        out = np.full(self.shape, fill, dtype=base.dtype)
+        out[:, : base.shape[1]] = base
+        self.write(out)
+        return out
+
+
 @dataclass(frozen=True)
 class AppResult:
     """What an application publishes for one epoch (a frozen dataclass of host arrays and numbers).
     :attr:`PER_VERTEX` names the fields with one entry per vertex id: the big ones, which the API keeps
     as undo records beside the graph (``api.store``) and leaves out of archived epochs (``api.archive``);
-    an application declares them here, in its result, and nowhere else."""
+    an application declares them here, in its result, and nowhere else. A per-vertex field holds the whole
+    array or a :class:`Patch` of the one the application published before."""
 
     PER_VERTEX: ClassVar[tuple[str, ...]] = ()
 
@@ -186,7 +230,7 @@ class AppResult:
         """This result with its per-vertex fields left out (None): what an archived epoch keeps."""
         return dataclasses.replace(self, **{f: None for f in self.PER_VERTEX}) if self.PER_VERTEX else self
 
-    def per_vertex(self) -> dict[str, np.ndarray]:
+    def per_vertex(self) -> dict[str, np.ndarray | Patch]:
         """The per-vertex fields that are there, by name."""
         return {f: getattr(self, f) for f in self.PER_VERTEX if getattr(self, f) is not None}
 
@@ -210,3 +254,6 @@ class Application(abc.ABC):
     @abc.abstractmethod
     def publish(self, state: Any) -> AppResult:
         """Host copies of what the API serves, as this application's :attr:`result`."""
+
+    def resend_whole(self) -> None:
+        """Publish whole per-vertex arrays next time, not patches: a consumer lost the chain of them."""

@@ -24,6 +24,12 @@ Per epoch, with the pairs that appeared and went:
 
 The estimate of d(a, b) is ``min over l of to_l[a] + from_l[b]``: never below the
 true distance, and equal to it when a shortest path passes a landmark.
+
+An epoch publishes the distances it wrote (a :class:`~compute.apps.base.Patch` of the
+epoch published before), not 64 bytes a vertex: at 3 M vertices the whole arrays
+were three quarters of every result the compute actor put in Ray's object store and
+the API copied and compared. Whole arrays go out when the landmarks are chosen anew,
+when the patch would be the larger, and when a consumer asks (:meth:`Landmarks.resend_whole`).
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult, Neighbors
+from compute.apps.base import AppDelta, AppGraph, Application, AppResult, Neighbors, Patch
 from ingest.arrays import unique
 
 # Distances are uint16, in the state and as published; this value (the largest) is "no path".
 HOPS = np.uint16
 UNREACHABLE = HOPS(65535)
+# An epoch's distances go out as a patch (10 bytes an entry: key and value) while it names at most this
+# share of the entries; past it, as the whole arrays (2 bytes an entry), which are then smaller.
+PATCH_SHARE = 0.125
 
 
 def _plus_one(d: np.ndarray) -> np.ndarray:
@@ -79,9 +88,9 @@ def _distinct(vertices: np.ndarray, dist: np.ndarray, level: int) -> np.ndarray:
     return unique(vertices)
 
 
-def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray) -> None:
+def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray, written: list | None = None) -> None:
     """Lower ``dist`` in place where the new paths through ``seeds`` (reached at ``seed_dist``, in int32 so
-    that a seed past ``UNREACHABLE`` stays past it) are shorter."""
+    that a seed past ``UNREACHABLE`` stays past it) are shorter. ``written`` gets the vertices lowered."""
     better = seed_dist < dist[seeds]
     if not better.any():
         return
@@ -89,6 +98,8 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
     np.minimum.at(dist, seeds, seed_dist.astype(dist.dtype))
     frontier = unique(seeds)
     while len(frontier):
+        if written is not None:
+            written.append(frontier)
         nbrs, owner = adj.neighbors(frontier)
         cand = _plus_one(dist[frontier])[owner]
         improves = cand < dist[nbrs]  # a candidate of UNREACHABLE hops or more never improves
@@ -99,10 +110,11 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
         frontier = unique(nbrs)
 
 
-def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray) -> int:
+def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray, written: list | None = None) -> int:
     """Fix ``dist`` (hops along ``fwd``, as before some pairs were deleted) in place for the graph as it
     is now. ``suspects``: the vertices that lost a pair from a vertex one hop nearer; ``back`` reads a
-    vertex's predecessors along ``fwd``. Returns how many vertices lost their distance and were re-derived.
+    vertex's predecessors along ``fwd``. Returns how many vertices lost their distance and were re-derived;
+    ``written`` gets them, and the vertices the relaxing after it lowered.
 
     Levels are settled nearest first, so a vertex's predecessors one hop nearer are final when it is
     looked at: it keeps its distance exactly when one of them kept its own (by induction on the
@@ -139,11 +151,13 @@ def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarr
         return 0
     gone = np.concatenate(lost_all)
     dist[gone] = UNREACHABLE
+    if written is not None:
+        written.append(gone)
     # Back from the vertices around the cut-off region that kept their distances.
     preds, owner = back.neighbors(gone)
     ok = dist[preds] < UNREACHABLE
     if ok.any():
-        relax(fwd, dist, gone[owner[ok]], _plus_one(dist[preds[ok]]))
+        relax(fwd, dist, gone[owner[ok]], _plus_one(dist[preds[ok]]), written)
     return len(gone)
 
 
@@ -169,6 +183,12 @@ class LandmarkState:
     to_buf: np.ndarray  # the same, from v to landmark l
     n: int
     rechosen: bool = False
+    epoch: int = 0  # the epoch this state is as of
+    # Since the state of epoch ``base`` (the one published before): per landmark, the vertices whose distance
+    # to it and from it the update wrote. None: every landmark's distances are new (chosen, re-chosen).
+    base: int | None = None
+    written_to: list[list[np.ndarray]] | None = None
+    written_from: list[list[np.ndarray]] | None = None
 
     @property
     def dist_from(self) -> np.ndarray:
@@ -188,8 +208,8 @@ class LandmarksResult(AppResult):
 
     PER_VERTEX: ClassVar[tuple[str, ...]] = ("dist_to", "dist_from")
     ids: np.ndarray
-    dist_to: np.ndarray | None
-    dist_from: np.ndarray | None
+    dist_to: np.ndarray | Patch | None
+    dist_from: np.ndarray | Patch | None
 
 
 class Landmarks(Application):
@@ -202,6 +222,7 @@ class Landmarks(Application):
         self.score = score
         self.bfs_runs = 0  # for tests: how many landmark directions were recomputed from scratch
         self.repaired = 0  # for tests and benchmarks: vertices whose distance a deletion took and repair re-derived
+        self._whole = False  # the next publish sends whole arrays (resend_whole)
 
     def choose(self, graph: AppGraph) -> np.ndarray:
         """The top ``count`` vertices by the score, ties by id (those with no edge at all are no use)."""
@@ -230,7 +251,7 @@ class Landmarks(Application):
     def initialize(self, graph: AppGraph) -> LandmarkState:
         ids = self.choose(graph)
         L, n = len(ids), graph.n
-        state = LandmarkState(ids, _buffer(L, n), _buffer(L, n), n, True)
+        state = LandmarkState(ids, _buffer(L, n), _buffer(L, n), n, True, graph.epoch)
         dist_from, dist_to = state.dist_from, state.dist_to
         for i, l in enumerate(ids.tolist()):
             dist_from[i], dist_to[i] = self._fresh(graph, l)
@@ -239,14 +260,14 @@ class Landmarks(Application):
     def update(self, graph: AppGraph, delta: AppDelta, previous: LandmarkState) -> LandmarkState:
         n = graph.n
         # Updated in place (the contract allows it): new vertices are the UNREACHABLE columns past the old n.
-        state = LandmarkState(previous.ids, _room(previous.from_buf, n), _room(previous.to_buf, n), n)
+        state = LandmarkState(previous.ids, _room(previous.from_buf, n), _room(previous.to_buf, n), n, epoch=graph.epoch)
         dist_from, dist_to = state.dist_from, state.dist_to
         ids = previous.ids
         top = self.choose(graph)
         rechosen = False
         if len(ids) < min(self.count, len(top)) or np.count_nonzero(~np.isin(ids, top)) > self.drift * max(len(ids), 1):
             keep = {int(l): i for i, l in enumerate(ids.tolist())}
-            state = LandmarkState(top, _buffer(len(top), n), _buffer(len(top), n), n)
+            state = LandmarkState(top, _buffer(len(top), n), _buffer(len(top), n), n, epoch=graph.epoch)
             new_from, new_to = state.dist_from, state.dist_to
             fresh = np.zeros(len(top), dtype=bool)
             for j, l in enumerate(top.tolist()):
@@ -260,22 +281,36 @@ class Landmarks(Application):
             fresh = np.zeros(len(ids), dtype=bool)
         ds, dd = delta.deleted()
         is_, id_ = delta.inserted()
+        w_from: list[list[np.ndarray]] = [[] for _ in range(len(ids))]
+        w_to: list[list[np.ndarray]] = [[] for _ in range(len(ids))]
         for j, l in enumerate(ids.tolist()):
             if fresh[j]:
                 continue
             df, dt = dist_from[j], dist_to[j]
             if len(ds):
-                self.repaired += repair(graph.out, graph.inn, df, dd[(df[ds] < UNREACHABLE) & (df[dd] == _plus_one(df[ds]))])
-                self.repaired += repair(graph.inn, graph.out, dt, ds[(dt[dd] < UNREACHABLE) & (dt[ds] == _plus_one(dt[dd]))])
+                self.repaired += repair(graph.out, graph.inn, df, dd[(df[ds] < UNREACHABLE) & (df[dd] == _plus_one(df[ds]))], w_from[j])
+                self.repaired += repair(graph.inn, graph.out, dt, ds[(dt[dd] < UNREACHABLE) & (dt[ds] == _plus_one(dt[dd]))], w_to[j])
             if len(is_):
-                relax(graph.out, df, id_, _plus_one(df[is_]))
-                relax(graph.inn, dt, is_, _plus_one(dt[id_]))
+                relax(graph.out, df, id_, _plus_one(df[is_]), w_from[j])
+                relax(graph.inn, dt, is_, _plus_one(dt[id_]), w_to[j])
         state.rechosen = rechosen
+        if not rechosen:
+            state.base, state.written_to, state.written_from = previous.epoch, w_to, w_from
         return state
 
     def publish(self, state: LandmarkState) -> LandmarksResult:
+        ids = state.ids.astype(np.int32)
+        if state.base is not None and not self._whole:
+            to = Patch.of(state.base, state.dist_to, state.written_to or [])
+            frm = Patch.of(state.base, state.dist_from, state.written_from or [])
+            if len(to.keys) + len(frm.keys) <= PATCH_SHARE * 2 * state.dist_to.size:
+                return LandmarksResult(ids, to, frm)
+        self._whole = False
         # Copies: the state is updated in place by the next epoch, and already in the published form.
-        return LandmarksResult(state.ids.astype(np.int32), state.dist_to.copy(), state.dist_from.copy())
+        return LandmarksResult(ids, state.dist_to.copy(), state.dist_from.copy())
+
+    def resend_whole(self) -> None:
+        self._whole = True
 
 
 def estimate(to_a: np.ndarray, from_b: np.ndarray) -> tuple[int | None, int | None]:

@@ -113,6 +113,11 @@ class Applications:
             self.ms[app.name] = (time.perf_counter() - t) * 1000.0
         return out
 
+    def resend_whole(self) -> None:
+        """The next epoch publishes every per-vertex field whole: a consumer lost the chain of patches."""
+        for app in self.apps:
+            app.resend_whole()
+
     def state_dict(self) -> dict:
         """What a checkpoint keeps: the adoption stamps (everything else is recomputed from the graph)."""
         st = self.states.get(self.exposure.name)

@@ -1,4 +1,5 @@
-"""The feed through a real Ray actor: what it keeps is its own memory, not views of Ray's object store."""
+"""The feed through a real Ray actor: what it keeps is its own memory, not views of Ray's object store; a patch
+it cannot apply makes it ask for whole arrays."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import ray
 
 from api.feed import ResultFeed
 from api.store import ResultStore
+from compute.apps.base import Patch
 from compute.apps.components import ComponentsResult
+from compute.apps.landmarks import LandmarksResult
 from compute.graph import EdgeChanges
 from compute.ids import NameChanges
 from compute.results import EpochResult
@@ -19,7 +22,7 @@ N = 200_000  # arrays well above Ray's inline limit (100 KB), so they travel thr
 
 @ray.remote
 class _Compute:
-    def results_after(self, epoch: int, known: int):
+    def results_after(self, epoch: int, known: int, whole: bool = False):
         n = N
         rng = np.random.default_rng(epoch)
         out = []
@@ -55,3 +58,49 @@ def test_kept_arrays_are_copied_out_of_the_object_store(ray_cluster):
         assert _own_memory(v.result.scores["pagerank"]), v.result.epoch
         assert _own_memory(v.result.out_degree)
     assert store.components._current is not None and _own_memory(store.components._current)
+
+
+def _landmark_result(epoch: int, dist) -> EpochResult:
+    n = 50
+    return EpochResult(
+        epoch=epoch, vector={"p:0": epoch}, records=epoch, vertices=n, edges=0, committed_at=time.time(), commit_ms=1.0,
+        timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0}, scores={"pagerank": np.full(n, 1 / n)},
+        out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32),
+        apps={"landmarks": LandmarksResult(np.array([0], np.int32), dist, dist)}, types=["mentions"],
+    )
+
+
+@ray.remote
+class _Patching:
+    """Epoch 1 whole; then patches, the one of epoch 3 lost (as when the actor drops results the API did not
+    pull in time), and a whole array again once the feed asks for it."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    def results_after(self, epoch: int, known: int, whole: bool = False):
+        self.asked.append(whole)
+        full = np.arange(50, dtype=np.uint16)[None, :]
+        if epoch == 0:
+            out = [_landmark_result(1, full), _landmark_result(2, Patch(1, (1, 50), np.array([3]), np.array([7], np.uint16)))]
+        elif not whole:
+            out = [_landmark_result(epoch + 2, Patch(epoch + 1, (1, 50), np.array([4]), np.array([9], np.uint16)))]
+        else:
+            out = [_landmark_result(epoch + 1, full)]
+        return out, NameChanges(known, [f"v{i}" for i in range(known, 50)])
+
+    def whole_asked(self) -> list[bool]:
+        return self.asked
+
+
+def test_a_patch_the_store_cannot_apply_makes_the_feed_ask_for_whole_arrays(ray_cluster):
+    store = ResultStore(retain=8)
+    actor = _Patching.remote()
+    feed = ResultFeed(actor, store)
+    feed.poll()
+    assert store.landmarks_to.at(2, np.zeros(2, np.int64), np.array([3, 5])).tolist() == [7, 5]
+    feed.poll()  # epoch 4 patches epoch 3, which never came
+    assert store.resend_whole and not store.landmarks_to.covers(4) and store.landmarks_to.covers(2)
+    feed.poll()
+    assert ray.get(actor.whole_asked.remote()) == [False, False, True]
+    assert store.landmarks_to.covers(5) and store.landmarks_to.at(5, np.zeros(1, np.int64), np.array([3])).tolist() == [3]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from api.history import ArrayHistory
+from compute.apps.base import Patch
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -31,3 +34,89 @@ def test_every_retained_epoch_reads_as_it_was_while_the_graph_grows(seed):
         expect = np.full(rr.shape, 65535, dtype=np.uint16)
         expect[: want.shape[0], : want.shape[1]] = want
         assert (got == expect).all(), epoch
+
+
+def _patch_of(base_epoch: int, prev: np.ndarray, new: np.ndarray, rng) -> Patch:
+    """A patch of ``prev`` to ``new``: the entries that changed, and some that did not (as an update may write)."""
+    widened = np.full(new.shape, 65535, dtype=new.dtype)
+    widened[:, : prev.shape[1]] = prev
+    written = [[np.flatnonzero((widened[r] != new[r]) | (rng.random(new.shape[1]) < 0.1))] for r in range(new.shape[0])]
+    return Patch.of(base_epoch, new, written)
+
+
+def _evolve(rng, arr: np.ndarray, width: int) -> np.ndarray:
+    new = np.full((arr.shape[0], width), 65535, dtype=np.uint16)
+    new[:, : arr.shape[1]] = arr
+    return np.where(rng.random(new.shape) < 0.2, rng.integers(0, 9, new.shape), new).astype(np.uint16)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_patches_read_as_the_whole_arrays_they_stand_for(seed):
+    """Pushed as patches (most epochs) or whole (some), every retained epoch reads as the whole array of then,
+    and byte for byte as a history given only whole arrays."""
+    rng = np.random.default_rng(seed)
+    patched, whole = ArrayHistory(retain=100, fill=65535), ArrayHistory(retain=100, fill=65535)
+    arr = rng.integers(0, 9, (3, 5)).astype(np.uint16)
+    patched.push(1, arr.copy()), whole.push(1, arr.copy())
+    kept = {1: arr.copy()}
+    for epoch in range(2, 40):
+        new = _evolve(rng, arr, arr.shape[1] + int(rng.integers(0, 600)))  # past the buffer's spare room, at times
+        got = patched.push(epoch, new.copy() if rng.random() < 0.2 else _patch_of(epoch - 1, arr, new, rng))
+        assert got and whole.push(epoch, new.copy())
+        arr = kept[epoch] = new
+    width = arr.shape[1]
+    rr, cc = np.meshgrid(np.arange(4), np.arange(width + 2), indexing="ij")
+    for epoch, want in kept.items():
+        expect = np.full(rr.shape, 65535, dtype=np.uint16)
+        expect[: want.shape[0], : want.shape[1]] = want
+        got = patched.at(epoch, rr.ravel(), cc.ravel()).reshape(rr.shape)
+        assert (got == expect).all() and (got == whole.at(epoch, rr.ravel(), cc.ravel()).reshape(rr.shape)).all(), epoch
+        for k, a in (patched.undo_record(epoch) or {}).items():  # what the archive keeps of the newest
+            assert (a == whole.undo_record(epoch)[k]).all()
+
+
+def test_a_patch_of_a_missed_epoch_leaves_a_gap_until_a_whole_array_comes():
+    rng = np.random.default_rng(7)
+    h = ArrayHistory(retain=100, fill=65535)
+    a1 = rng.integers(0, 9, (2, 10)).astype(np.uint16)
+    a2 = _evolve(rng, a1, 12)
+    a3 = _evolve(rng, a2, 14)
+    assert h.push(1, a1.copy()) and h.push(2, _patch_of(1, a1, a2, rng))
+    assert not h.push(4, _patch_of(3, a3, _evolve(rng, a3, 15), rng))  # epoch 3 never came
+    assert not h.push(5, _patch_of(4, a3, a3, rng))  # nor does anything after it, until a whole array
+    assert h.covers(2) and not h.covers(4) and not h.covers(5)
+    assert (h.at(2, np.zeros(12, np.int64), np.arange(12)) == a2[0]).all()
+    a6 = _evolve(rng, a3, 16)
+    assert h.push(6, a6.copy())
+    assert h.covers(6) and not h.covers(2)  # history starts again at the whole array
+    assert h.push(7, _patch_of(6, a6, _evolve(rng, a6, 16), rng)) and h.covers(6)
+    assert (h.at(6, np.ones(16, np.int64), np.arange(16)) == a6[1]).all()
+
+
+def test_reads_of_old_epochs_stay_right_while_patches_are_written_in_place():
+    """A reader takes no lock while it reads the newest array; the feed thread patches it meanwhile."""
+    rng = np.random.default_rng(11)
+    h = ArrayHistory(retain=1000, fill=65535)
+    arr = rng.integers(0, 9, (4, 20_000)).astype(np.uint16)
+    h.push(1, arr.copy())
+    first = arr.copy()
+    stop, bad = threading.Event(), []
+
+    def reader():
+        rows, cols = np.repeat(np.arange(4), 20_000), np.tile(np.arange(20_000), 4)
+        while not stop.is_set():
+            if not (h.at(1, rows, cols) == first.ravel()).all():
+                bad.append(1)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for epoch in range(2, 200):
+            new = arr.copy()
+            new[:, rng.integers(0, 20_000, 2_000)] = rng.integers(0, 9, (4, 2_000))
+            h.push(epoch, _patch_of(epoch - 1, arr, new, rng))
+            arr = new
+    finally:
+        stop.set()
+        t.join()
+    assert not bad

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from compute.apps.base import Patch
+from compute.apps.landmarks import UNREACHABLE
 from compute.apps.runner import AppConfig, Applications
 from compute.graph import GlobalGraph
 from ingest.events import EdgeUpdate, VertexUpdate
@@ -27,6 +29,10 @@ class Stream:
         self.apps = Applications(config)
         self.epoch = 0
         self.out: dict = {}
+        # The landmark distances as a consumer of the results holds them: whole arrays, patched epoch by epoch.
+        self.dist_to: np.ndarray | None = None
+        self.dist_from: np.ndarray | None = None
+        self.patches = 0  # epochs whose distances came as patches
 
     def _id(self, name: str, new: list[str]) -> int:
         if name not in self.ids:
@@ -65,7 +71,19 @@ class Stream:
         n_before = self.g.n
         changes, before = self.g.apply_with_previous(delta)
         self.out = self.apps.run(self.g, self.epoch, changes, before, False, scores, self.g.n - n_before)
+        self._follow(self.out.get("landmarks"))
         return self.out
+
+    def _follow(self, lm) -> None:
+        if lm is None:
+            return
+        if isinstance(lm.dist_to, Patch):
+            assert lm.dist_to.base == lm.dist_from.base == self.epoch - 1
+            self.dist_to = lm.dist_to.applied_to(self.dist_to, UNREACHABLE)
+            self.dist_from = lm.dist_from.applied_to(self.dist_from, UNREACHABLE)
+            self.patches += 1
+        else:
+            self.dist_to, self.dist_from = lm.dist_to.copy(), lm.dist_from.copy()
 
     def tweets(self, updates_per_tweet: list[list]) -> dict:
         """One epoch made of the transform's updates of some tweets (attributes: last writer wins by ts)."""

@@ -14,7 +14,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from compute.apps.base import AppGraph
+from compute.apps.base import AppGraph, Patch
 from compute.apps.components import Components
 from compute.apps.exposure import Exposure
 from compute.apps.landmarks import UNREACHABLE, estimate
@@ -82,6 +82,7 @@ def test_components_initialize_equals_update():
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_incremental_landmark_distances_equal_a_fresh_bfs(seed):
+    """As a consumer holds them: the whole arrays of the epochs that chose landmarks, patched by the others."""
     recomputed = []
     for st, out in random_epochs(seed):
         G = nx_graph(st)
@@ -91,11 +92,23 @@ def test_incremental_landmark_distances_equal_a_fresh_bfs(seed):
             bwd = nx.single_source_shortest_path_length(G.reverse(copy=False), l)
             want_from = np.array([fwd.get(v, UNREACHABLE) for v in range(st.g.n)])
             want_to = np.array([bwd.get(v, UNREACHABLE) for v in range(st.g.n)])
-            assert np.array_equal(lm.dist_from[j], want_from), (st.epoch, l)
-            assert np.array_equal(lm.dist_to[j], want_to), (st.epoch, l)
+            assert np.array_equal(st.dist_from[j], want_from), (st.epoch, l)
+            assert np.array_equal(st.dist_to[j], want_to), (st.epoch, l)
         recomputed.append(st.apps.apps[-1].bfs_runs)
     # Deletions recompute only the affected landmarks: far fewer BFS runs than 2 per landmark per epoch.
     assert recomputed[-1] < 2 * 4 * len(recomputed) / 2
+    assert st.patches > len(recomputed) / 2  # most epochs sent what they changed, not every distance
+
+
+def test_landmarks_resend_whole_arrays_when_asked():
+    st = Stream(AppConfig(landmarks=2))
+    st.commit({(f"v{i}", f"v{i + 1}", "mentions"): 1 for i in range(20)})
+    assert isinstance(st.commit({("v20", "v21", "mentions"): 1})["landmarks"].dist_to, Patch)
+    st.apps.resend_whole()
+    lm = st.commit({("v21", "v22", "mentions"): 1})["landmarks"]
+    assert isinstance(lm.dist_to, np.ndarray) and isinstance(lm.dist_from, np.ndarray)
+    assert lm.dist_to.shape == (2, st.g.n)
+    assert isinstance(st.commit({("v22", "v23", "mentions"): 1})["landmarks"].dist_to, Patch)  # and patches again
 
 
 def test_landmarks_stay_while_the_top_set_jitters():
@@ -136,7 +149,7 @@ def test_landmark_estimates_bound_the_true_distance_and_meet_it_through_a_landma
         true = dict(nx.all_pairs_shortest_path_length(G))
         for a in range(st.g.n):
             for b in range(st.g.n):
-                est, via = estimate(lm.dist_to[:, a], lm.dist_from[:, b])
+                est, via = estimate(st.dist_to[:, a], st.dist_from[:, b])
                 d = true[a].get(b)
                 if d is None:
                     continue  # unreachable: no landmark route can exist either
