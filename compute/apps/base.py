@@ -196,13 +196,25 @@ class Patch:
     values: np.ndarray
 
     @classmethod
-    def of(cls, base: int, array: np.ndarray, written: list[list[np.ndarray]]) -> Patch:
+    def of(cls, base: int, array: np.ndarray, written: list[list[np.ndarray]], limit: int | None = None) -> Patch | None:
         """The entries of ``array`` (rows x width) in the columns ``written[row]`` holds (arrays of them, in
-        any order, repeats allowed)."""
-        parts = [(np.int64(r) << PATCH_COL_BITS) | np.asarray(c, dtype=np.int64) for r, cols in enumerate(written) for c in cols]
-        keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-        rows, cols = keys >> PATCH_COL_BITS, keys & _PATCH_COL_MASK
-        return cls(base, (int(array.shape[0]), int(array.shape[1])), keys, array[rows, cols])
+        any order, repeats allowed); None when they are more than ``limit``."""
+        width = array.shape[1]
+        seen = np.zeros(width, dtype=bool)  # one row's columns at a time: a pass over width, not a sort
+        parts, count = [], 0
+        for r, cols in enumerate(written):
+            if not cols:
+                continue
+            for c in cols:
+                seen[c] = True
+            at = np.flatnonzero(seen)
+            seen[at] = False
+            count += len(at)
+            if limit is not None and count > limit:
+                return None
+            parts.append((np.int64(r) << PATCH_COL_BITS) | at)
+        keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # ascending: rows in order
+        return cls(base, (int(array.shape[0]), int(width)), keys, array[keys >> PATCH_COL_BITS, keys & _PATCH_COL_MASK])
 
     def write(self, out: np.ndarray) -> None:
         """Write the changed entries into ``out``: the base's array widened to :attr:`shape` (or wider)."""

@@ -301,9 +301,10 @@ class Landmarks(Application):
     def publish(self, state: LandmarkState) -> LandmarksResult:
         ids = state.ids.astype(np.int32)
         if state.base is not None and not self._whole:
-            to = Patch.of(state.base, state.dist_to, state.written_to or [])
-            frm = Patch.of(state.base, state.dist_from, state.written_from or [])
-            if len(to.keys) + len(frm.keys) <= PATCH_SHARE * 2 * state.dist_to.size:
+            limit = int(PATCH_SHARE * state.dist_to.size)
+            to = Patch.of(state.base, state.dist_to, state.written_to or [], limit)
+            frm = Patch.of(state.base, state.dist_from, state.written_from or [], limit) if to is not None else None
+            if to is not None and frm is not None:
                 return LandmarksResult(ids, to, frm)
         self._whole = False
         # Copies: the state is updated in place by the next epoch, and already in the published form.

@@ -421,3 +421,14 @@ def test_a_path_longer_than_uint16_hops_reads_as_unreachable_past_the_last_hop()
     assert dist.dtype == np.uint16
     assert np.array_equal(dist[: int(UNREACHABLE)], np.arange(int(UNREACHABLE)))
     assert (dist[int(UNREACHABLE):] == UNREACHABLE).all()
+
+
+def test_a_patch_names_each_written_entry_once_in_order_and_gives_up_past_its_limit():
+    arr = np.arange(30, dtype=np.uint16).reshape(3, 10)
+    written = [[np.array([7, 2, 7]), np.array([2])], [], [np.array([9, 0])]]
+    p = Patch.of(4, arr, written)
+    assert p.base == 4 and p.shape == (3, 10)
+    assert p.keys.tolist() == [2, 7, (2 << 32) | 0, (2 << 32) | 9] and p.values.tolist() == [2, 7, 20, 29]
+    assert (p.applied_to(np.zeros((3, 8), np.uint16), 65535) == np.where(
+        np.isin(np.arange(30).reshape(3, 10), [2, 7, 20, 29]), arr, np.pad(np.zeros((3, 8)), ((0, 0), (0, 2)), constant_values=65535))).all()
+    assert Patch.of(4, arr, written, limit=4) is not None and Patch.of(4, arr, written, limit=3) is None
