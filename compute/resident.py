@@ -1,9 +1,14 @@
 """The ranked graph kept resident on the device, absorbing each epoch's changes in place.
 
 Owns the weighted adjacency ``A[s, d]`` the ranking algorithms read: a base CSR
-held twice on the device (rows by source for pushes, rows by destination for
-pull sweeps), an overlay of per-pair weight *differences* against the base, and
-each vertex's exact out-weight. An epoch's changes are additive: they merge
+with rows by source (pushes read a vertex's row; a pull sweep ``A^T v`` reads it
+transposed), an overlay of per-pair weight *differences* against the base, and
+each vertex's exact out-weight. On a GPU the base and overlay are kept a second
+time with rows by destination, so that a sweep is cuSPARSE's plain gather; on the
+host that copy is not kept: 12 bytes an edge in the process that holds the most,
+and SciPy's transposed product (a scatter into the destinations, which a social
+graph concentrates in its hubs) took 57 ms where the gather over random sources
+took 134, at 27 M edges (BENCHMARKS.md, "Ranking"). An epoch's changes are additive: they merge
 into the overlay (host keys, device CSR copies rebuilt from it, small) and into
 the out-weights; the base is rebuilt (compacted) only when the overlay grows
 past ``compact_fraction`` of it. Nothing is ever rebuilt from the shards.
@@ -44,8 +49,10 @@ class ResidentGraph:
         self.out_weight = np.zeros(0, dtype=np.float64)  # exact, on the host
         self.inv_out = self.be.xp.zeros(0, dtype=self.dtype)  # 1/out, 0 for dangling vertices
         self.out_degree = self.be.xp.zeros(0, dtype=np.int64)  # stored entries per row, base + overlay
+        # Rows by destination as well (GPU): sweeps gather instead of scatter. None: sweeps use the transpose.
+        self._by_dst = self.be.is_gpu
         self._base_out = self._empty(0)
-        self._base_in = self._empty(0)
+        self._base_in = self._empty(0) if self._by_dst else None
         self._ov_keys = np.zeros(0, dtype=np.int64)
         self._ov_vals = np.zeros(0, dtype=np.float64)
         self._ov_out = None
@@ -72,7 +79,7 @@ class ResidentGraph:
         base = backend.sparse.coo_matrix((xp.asarray(weight, dtype=dtype), (src, dst)), shape=(n, n)).tocsr()
         base.sum_duplicates()
         g._base_out = base
-        g._base_in = base.T.tocsr()
+        g._base_in = base.T.tocsr() if g._by_dst else None
         out = backend.to_host(xp.asarray(base.sum(axis=1)).ravel()).astype(np.float64)
         g.out_weight = out
         with np.errstate(divide="ignore"):
@@ -120,7 +127,8 @@ class ResidentGraph:
         self.inv_out = xp.concatenate([self.inv_out, xp.zeros(extra, dtype=self.dtype)])
         self.out_degree = xp.concatenate([self.out_degree, xp.zeros(extra, dtype=np.int64)])
         self._base_out = self._pad(self._base_out, n)
-        self._base_in = self._pad(self._base_in, n)
+        if self._base_in is not None:
+            self._base_in = self._pad(self._base_in, n)
         self.n = n
         self._rebuild_overlay()
 
@@ -172,7 +180,7 @@ class ResidentGraph:
             s_dev, d_dev = be.asarray(s), be.asarray(d)
             # Keys are sorted by (src, dst): the by-source CSR is the keys themselves.
             self._ov_out = be.sparse.coo_matrix((v, (s_dev, d_dev)), shape=(n, n)).tocsr()
-            self._ov_in = be.sparse.coo_matrix((v, (d_dev, s_dev)), shape=(n, n)).tocsr()
+            self._ov_in = be.sparse.coo_matrix((v, (d_dev, s_dev)), shape=(n, n)).tocsr() if self._by_dst else None
         deg = xp.diff(self._base_out.indptr).astype(np.int64)
         if self._ov_out is not None:
             deg += xp.diff(self._ov_out.indptr).astype(np.int64)
@@ -187,7 +195,8 @@ class ResidentGraph:
         # destination side was a transpose of the merged by-source one, a scatter over every entry:
         # slower, and the same sums, since each entry adds the same two numbers either way).
         self._base_out = self._merged(self._base_out, self._ov_out)
-        self._base_in = self._merged(self._base_in, self._ov_in)
+        if self._base_in is not None:
+            self._base_in = self._merged(self._base_in, self._ov_in)
         self._ov_keys = np.zeros(0, dtype=np.int64)
         self._ov_vals = np.zeros(0, dtype=np.float64)
         self.compactions += 1
@@ -206,6 +215,11 @@ class ResidentGraph:
 
     def pull(self, v):
         """``A^T v``: for each vertex, the sum over its in-edges of weight times ``v[src]``."""
+        if self._base_in is None:
+            out = self._base_out.T @ v
+            if self._ov_out is not None:
+                out += self._ov_out.T @ v
+            return out
         out = self._base_in @ v
         if self._ov_in is not None:
             out += self._ov_in @ v
