@@ -2,14 +2,14 @@
 
 Each epoch brings a whole ``rows x n`` array, or a patch of the one before
 (:class:`~compute.apps.base.Patch`: the entries that changed, written in place);
-keeping one per retained epoch would cost ``rows * n`` per epoch. Like :class:`~api.graph.GraphHistory`, this
-keeps the newest array whole and, per retained epoch, an undo record: the
-entries that epoch changed and their values before it, and the width (vertex
-count) before it (or the whole previous array when its row count changed, e.g.
-landmarks re-chosen while the graph is young). Columns of vertices new in an
-epoch need no undo entries: as of an earlier epoch they read as ``fill``. A
-read applies the undo records of the epochs after the one asked for, newest
-first, to the few entries it needs.
+keeping one per retained epoch would cost ``rows * n`` per epoch. Like
+:class:`~api.graph.GraphHistory`, this keeps the newest array whole and, per
+retained epoch, an undo record: the entries that epoch changed and their values
+before it, and the width (vertex count) before it (or the whole previous array
+when its row count changed, e.g. landmarks re-chosen while the graph is young).
+Columns of vertices new in an epoch need no undo entries: as of an earlier epoch
+they read as ``fill``. A read applies the undo records of the epochs after the
+one asked for, newest first, to the few entries it needs.
 
 An epoch's undo record goes into its result archive file with the epoch
 (:meth:`undo_record`) and, once the epoch is cold, is read memory-mapped from
@@ -99,9 +99,10 @@ class ArrayHistory:
             buf[:, :old] = prev
             self._buf = buf
         cur = buf[:, :width]
-        keys = patch.keys[(patch.keys & _COL_MASK) < old]  # new vertices' columns need no undo entry
+        known = (patch.keys & _COL_MASK) < old  # new vertices' columns need no undo entry
+        keys = patch.keys[known]
         before = cur[keys >> _COL_BITS, keys & _COL_MASK]
-        changed = before != patch.values[(patch.keys & _COL_MASK) < old]
+        changed = before != patch.values[known]
         # The undo record goes in before the entries change: a reader that saw a new value finds it.
         self._keep_undo(epoch, (keys[changed], before[changed], old))
         patch.write(cur)

@@ -47,7 +47,8 @@ from ingest.arrays import unique
 HOPS = np.uint16
 UNREACHABLE = HOPS(65535)
 # An epoch's distances go out as a patch (10 bytes an entry: key and value) while it names at most this
-# share of the entries; past it, as the whole arrays (2 bytes an entry), which are then smaller.
+# share of the entries; past it, as the whole arrays (2 bytes an entry): about as many bytes to send by
+# then, and a copy to apply rather than a scatter.
 PATCH_SHARE = 0.125
 
 
@@ -299,11 +300,15 @@ class Landmarks(Application):
         return state
 
     def publish(self, state: LandmarkState) -> LandmarksResult:
+        """The epoch's distances: a patch of the epoch published before, or the whole arrays. Lets go of
+        what the update wrote (once published, a second publish of the state sends whole arrays)."""
         ids = state.ids.astype(np.int32)
-        if state.base is not None and not self._whole:
+        base, written_to, written_from = state.base, state.written_to or [], state.written_from or []
+        state.base = state.written_to = state.written_from = None
+        if base is not None and not self._whole:
             limit = int(PATCH_SHARE * state.dist_to.size)
-            to = Patch.of(state.base, state.dist_to, state.written_to or [], limit)
-            frm = Patch.of(state.base, state.dist_from, state.written_from or [], limit) if to is not None else None
+            to = Patch.of(base, state.dist_to, written_to, limit)
+            frm = Patch.of(base, state.dist_from, written_from, limit) if to is not None else None
             if to is not None and frm is not None:
                 return LandmarksResult(ids, to, frm)
         self._whole = False
