@@ -269,9 +269,33 @@ class RowTable:
         self.assign(keys, np.zeros(len(keys), dtype=bool), {k: np.zeros(len(keys), dt) for k, dt in self.dtypes.items()})
 
     def compact(self) -> None:
-        """Rebuild the base from the live entries: no overlay, nothing dead."""
-        rows, cols, vals = self._merged(*self.dtypes)
-        self._set_base(self.n, np.bincount(rows, minlength=self.n), cols, dict(zip(self.dtypes, vals)))
+        """Rebuild the base from the live entries: no overlay, nothing dead.
+
+        The counts per row come from the base's row pointer, the dead entries and the overlay's rows,
+        not from a row per entry; the base's keys are made once, in place, to place the overlay with one
+        ``searchsorted`` (a binary search within rows, in NumPy rounds, took 2.5x as long). Building
+        rows and keys from them, four arrays of 8 bytes an entry in fresh pages, was most of a compaction."""
+        nb = len(self.ptr) - 1
+        counts = np.zeros(self.n, dtype=np.int64)
+        counts[:nb] = np.diff(self.ptr)
+        cols, vals = self.col, [self.vals[k] for k in self.dtypes]
+        if self.dead:
+            dead_at = np.flatnonzero(~self.alive)
+            counts[:nb] -= np.bincount(np.searchsorted(self.ptr, dead_at, side="right") - 1, minlength=nb)
+            keep = self.alive
+            cols, vals = cols[keep], [v[keep] for v in vals]
+        elif not len(self.ov_key):
+            vals = [v.copy() for v in vals]  # values change in place; the cols of a base never do
+        if len(self.ov_key):
+            keys = np.repeat(np.arange(nb, dtype=np.int64) << _SHIFT, counts[:nb])  # the live ones' rows
+            keys |= cols
+            at = np.searchsorted(keys, self.ov_key)
+            del keys
+            rows = self.ov_key >> _SHIFT
+            cols = np.insert(cols, at, (self.ov_key & _LOW).astype(np.int32))
+            vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, self.dtypes)]
+            counts += np.bincount(rows, minlength=self.n)
+        self._set_base(self.n, counts, cols, dict(zip(self.dtypes, vals)))
         self.compactions += 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -314,7 +338,10 @@ class RowTable:
         elif not len(self.ov_key):
             cols, vals = cols.copy(), [v.copy() for v in vals]
         if len(self.ov_key):
-            at = np.searchsorted(pack(rows, cols), self.ov_key)
+            keys = rows << _SHIFT
+            keys |= cols  # in place: one array of 8 bytes an entry, not three
+            at = np.searchsorted(keys, self.ov_key)
+            del keys
             rows = np.insert(rows, at, self.ov_key >> _SHIFT)
             cols = np.insert(cols, at, (self.ov_key & _LOW).astype(np.int32))
             vals = [np.insert(v, at, self.ov_vals[k]) for v, k in zip(vals, names)]
