@@ -29,7 +29,8 @@ An epoch publishes the distances it wrote (a :class:`~compute.apps.base.Patch` o
 epoch published before), not 64 bytes a vertex: at 3 M vertices the whole arrays
 were three quarters of every result the compute actor put in Ray's object store and
 the API copied and compared. Whole arrays go out when the landmarks are chosen anew,
-when the patch would be the larger, and when a consumer asks (:meth:`Landmarks.resend_whole`).
+when the patch would name more than :data:`PATCH_SHARE` of the entries, and when a
+consumer asks (:meth:`Landmarks.resend_whole`).
 """
 
 from __future__ import annotations
