@@ -26,11 +26,10 @@ import threading
 import numpy as np
 
 from compute.apps.base import PATCH_COL_BITS as _COL_BITS
+from compute.apps.base import PATCH_COL_MASK as _COL_MASK
 from compute.apps.base import Patch
 
 log = logging.getLogger(__name__)
-
-_COL_MASK = np.int64((1 << 32) - 1)
 
 
 class ArrayHistory:

@@ -19,7 +19,7 @@ import logging
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.rowtable import COMPACT_FRACTION, COMPACT_MIN, RowTable, pack
+from compute.apps.rowtable import COMPACT_FRACTION, COMPACT_MIN, RowTable, pack, unpack
 from compute.exceptions import ComputeError
 from compute.graph import EdgeChanges, GlobalGraph
 from ingest.arrays import add_at
@@ -29,9 +29,6 @@ __all__ = ["COMPACT_FRACTION", "COMPACT_MIN", "AppAdjacency", "RowTable", "pack"
 
 log = logging.getLogger(__name__)
 
-# Pairs are keyed by src << 32 | dst, as the tables key their entries.
-_SHIFT = np.int64(32)
-_LOW = np.int64(0xFFFFFFFF)
 
 class AppAdjacency:
     """What the applications read of the live graph, kept from epoch to epoch (see the module docstring).
@@ -111,7 +108,7 @@ class AppAdjacency:
             live = new > 0
             count = new.astype(np.int16)
             self.out.assign(keys, live, {"count": count}, found)
-            rows, cols = keys >> _SHIFT, keys & _LOW
+            rows, cols = unpack(keys)
             back = pack(cols, rows)
             order = np.argsort(back)
             self.inn.assign(back[order], live[order])

@@ -175,7 +175,7 @@ class AppDelta:
 
 # A patch's keys: row << 32 | column (vertex ids stay below 2**31, rows are a few landmarks).
 PATCH_COL_BITS = np.int64(32)
-_PATCH_COL_MASK = np.int64((1 << 32) - 1)
+PATCH_COL_MASK = np.int64((1 << 32) - 1)
 
 
 @dataclass(frozen=True)
@@ -214,11 +214,11 @@ class Patch:
                 return None
             parts.append((np.int64(r) << PATCH_COL_BITS) | at)
         keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # ascending: rows in order
-        return cls(base, (int(array.shape[0]), int(width)), keys, array[keys >> PATCH_COL_BITS, keys & _PATCH_COL_MASK])
+        return cls(base, (int(array.shape[0]), int(width)), keys, array[keys >> PATCH_COL_BITS, keys & PATCH_COL_MASK])
 
     def write(self, out: np.ndarray) -> None:
         """Write the changed entries into ``out``: the base's array widened to :attr:`shape` (or wider)."""
-        out[self.keys >> PATCH_COL_BITS, self.keys & _PATCH_COL_MASK] = self.values
+        out[self.keys >> PATCH_COL_BITS, self.keys & PATCH_COL_MASK] = self.values
 
     def applied_to(self, base: np.ndarray, fill: int) -> np.ndarray:
         """The whole array this stands for, from ``base`` (the array as of epoch :attr:`base`; a copy)."""

@@ -46,6 +46,11 @@ def pack(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return (np.asarray(rows, dtype=np.int64) << _SHIFT) | np.asarray(cols, dtype=np.int64)
 
 
+def unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (rows, cols) of :func:`pack`'s keys."""
+    return keys >> _SHIFT, keys & _LOW
+
+
 def _pack_rows(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """:func:`pack` of int64 ``rows`` and int32 ``cols`` in one new array (8 bytes an entry, not three)."""
     keys = rows << _SHIFT
