@@ -11,13 +11,20 @@ which it knows only as a handle with ``apply_epochs(infos, *deltas)`` and
 Cutting never waits for the consumer. Sealed epochs queue for a hand-off
 thread that gives the consumer everything queued whenever it is free, in one
 call: a consumer slower than the interval ranks the newest sealed epoch and
-skips the ones in between, instead of falling further behind each epoch. A
-checkpoint epoch always ends a hand-off, and the consumer's checkpoint call
-follows it, so the consumer's state is saved as of exactly that epoch; the
-manifest is committed from the hand-off thread once every part is written.
+skips the ones in between, instead of falling further behind each epoch.
+Checkpoints are placed by the hand-off thread: once ``--checkpoint-every``
+epochs have been sealed since the last one, the newest sealed epoch becomes
+the checkpoint when a hand-off starts (the shards have applied nothing after
+it, so they write their parts as of it), the hand-off ends there, and the
+consumer's checkpoint call follows it, so the consumer's state is saved as of
+exactly that epoch; the manifest is committed from the hand-off thread once
+every part is written. (Checkpoints at fixed multiples ended each hand-off in
+the middle of the queue, and the epochs after the multiple waited for one
+more computation: results ranked ~2 computations behind the seal.)
 The epoch each hand-off ends at is marked ranked beside the epoch log; a re-cut
 after a crash ends its hand-offs at the same epochs (the API kept their results
-and is served them again) and merges the epochs never ranked as any others.
+and is served them again), checkpoints the re-cut epochs at the multiples of
+``--checkpoint-every``, and merges the epochs never ranked as any others.
 So ``stop`` does not drain the queue: it lets the hand-off in flight finish (at
 most :data:`STOP_WAIT_S`) and leaves the epochs still queued, sealed and
 logged, to the next launch, where they cost one merged hand-off, not minutes
@@ -109,7 +116,8 @@ class EpochCoordinator:
         self._pause_from_s = checkpoint_pause_from_s
         self._checkpoint_s = 0.0  # the longest stall of one stage in the last checkpoint
         self._checkpoint_done = -math.inf  # time.monotonic() when it was committed
-        self._checkpoints_paused = 0  # checkpoint epochs passed over by the pause
+        self._checkpoints_paused = 0  # hand-offs that found a checkpoint due and passed it over for the pause
+        self._checkpointed = resume.epoch if resume else 0  # the newest epoch made a checkpoint
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
         self._progress: dict[str, int] = {}
@@ -142,6 +150,7 @@ class EpochCoordinator:
         self._queued = threading.Condition()
         self._busy = False  # the hand-off thread is inside a consumer call
         self._handed: dict | None = None  # what the consumer answered last
+        self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
         self._failed: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,6 +209,10 @@ class EpochCoordinator:
 
     def cut(self) -> EpochInfo | None:
         """Cut, log, apply and seal one epoch now. Returns its info, or None when nothing new was delivered."""
+        with self._queued:
+            # Outside the cut lock: the hand-off thread takes it to make the newest epoch a checkpoint.
+            while len(self._queue) >= MAX_QUEUED and not self._failed and not self._stop.is_set():
+                self._queued.wait(1.0)
         with self._cut_lock:
             if self._failed:
                 return None
@@ -257,25 +270,45 @@ class EpochCoordinator:
                 live_edges=sum(s.live_edges for s in summaries), window=self._window, watermark=epoch.watermark,
                 late=self._count_late(summaries),
             )
-            checkpoint = None
-            if valid is not None and self._checkpoints and epoch.number % self._checkpoint_every == 0 and not (
-                not replaying and self._checkpoint_paused()
-            ):
-                # The shards write now, before they apply the next epoch; the consumer's part and
-                # the manifest follow on the hand-off thread.
-                checkpoint = (
-                    epoch, valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards], self._late,
-                )
-            if self._consumer is not None or checkpoint is not None:
+            # A re-cut epoch is a checkpoint at the multiples, as it is re-cut: after a crash with nothing
+            # new to read, the newest checkpoint catches up with the log. New epochs are made checkpoints
+            # by the hand-off thread (see the module docstring).
+            recut_checkpoint = replaying and valid is not None and epoch.number % max(self._checkpoint_every, 1) == 0
+            checkpoint = self._checkpoint_parts(epoch) if recut_checkpoint and self._checkpoints else None
+            if self._consumer is not None or self._checkpoints is not None:
                 with self._queued:
-                    while len(self._queue) >= MAX_QUEUED and not self._failed and not self._stop.is_set():
-                        self._queued.wait(1.0)
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued.notify_all()
             return info
 
+    def _checkpoint_parts(self, epoch: Epoch) -> tuple:
+        """Ask the shards to write their parts as of ``epoch``, the newest they applied (caller holds the cut
+        lock, so none applies a later one first); the consumer's part and the manifest follow on the
+        hand-off thread."""
+        self._checkpointed = epoch.number
+        return epoch, epoch.valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards], self._late
+
+    def _checkpoint_newest(self) -> None:
+        """Make the newest sealed epoch a checkpoint if one is due and it is still queued: the hand-off about to
+        start then ends at it. The budget's pause passes a due checkpoint over (and counts it)."""
+        if self._checkpoints is None or self._replay:
+            return  # re-cut epochs are checkpointed as they are cut
+        with self._cut_lock:
+            last = self._last
+            if last is None or last.valid is None or last.number - self._checkpointed < self._checkpoint_every:
+                return
+            with self._queued:
+                if not self._queue or self._queue[-1][0].epoch != last.number or self._queue[-1][2] is not None:
+                    return
+            if self._checkpoint_paused():
+                return
+            parts = self._checkpoint_parts(last)
+            with self._queued:
+                info, deltas, _, replaying = self._queue[-1]
+                self._queue[-1] = (info, deltas, parts, replaying)
+
     def _checkpoint_paused(self) -> bool:
-        """Is a new epoch too soon after the last checkpoint for the budget? (Re-cut epochs never are:
+        """Is a new epoch too soon after the last checkpoint for the budget? (Re-cut epochs are never asked:
         after a crash with nothing new to read, the newest checkpoint must catch up with the log.)"""
         d = self._checkpoint_s
         if d < self._pause_from_s or self._checkpoint_budget >= 1.0:
@@ -298,18 +331,12 @@ class EpochCoordinator:
     # -- the hand-off thread -----------------------------------------------------------------
     def _next_batch(self) -> list:
         """Everything queued, up to and including the first checkpoint epoch, or the first re-cut epoch
-        that was ranked before the crash (caller holds the lock).
-
-        An epoch the checkpoint budget passed over ends the batch all the same, so the ranked results
-        keep coming every --checkpoint-every epochs at least: with batches of up to MAX_QUEUED epochs
-        a windowed soak (1.6 M edges) went over 100 s without a new ranked epoch."""
+        that was ranked before the crash (caller holds the lock)."""
         batch = []
-        every = self._checkpoint_every
         while self._queue:
             item = self._queue.popleft()
             batch.append(item)
-            boundary = bool(every and self._checkpoints and item[0].epoch % every == 0)  # checkpointed or passed over
-            if boundary or (item[3] and item[0].epoch in self._ranked_before):
+            if item[2] is not None or (item[3] and item[0].epoch in self._ranked_before):
                 break
         return batch
 
@@ -320,11 +347,14 @@ class EpochCoordinator:
                     self._queued.wait()
                 if self._stop.is_set():
                     return  # what is queued stays sealed and logged for the next launch
-                batch = self._next_batch()
                 self._busy = True
+            self._checkpoint_newest()
+            with self._queued:
+                batch = self._next_batch()
                 self._queued.notify_all()
             try:
                 self._hand_off(batch)
+                self._handed_through = batch[-1][0].epoch
             except Exception as exc:  # noqa: BLE001 - the pipeline must not go on without this epoch
                 numbers = [info.epoch for info, _, _, _ in batch]
                 log.exception("the consumer failed on epochs %s", numbers)
@@ -373,16 +403,17 @@ class EpochCoordinator:
             if dropped:
                 log.info("epoch log compacted: %d entries before epoch %d dropped, %d kept", dropped, oldest, len(self._log))
 
-    def _drain(self) -> None:
-        """Wait until the consumer has finished every sealed epoch (or the hand-off failed, or stopped)."""
-        with self._queued:
-            while (self._queue or self._busy) and not self._failed and self._handoff.is_alive():
-                self._queued.wait(1.0)
-
     def flush(self) -> None:
-        """Wait until the consumer has finished every epoch sealed so far."""
+        """Wait until the consumer has finished every epoch sealed so far (or the hand-off failed, or stopped).
+        Cuts go on meanwhile: the hand-off thread takes the cut lock to place checkpoints."""
         with self._cut_lock:
-            self._drain()
+            target = self._last.number if self._last else 0
+        with self._queued:
+            while (
+                self._handed_through < target and (self._queue or self._busy)
+                and not self._failed and self._handoff.is_alive()
+            ):
+                self._queued.wait(1.0)
 
     def status(self) -> dict:
         last = self._last
