@@ -39,6 +39,9 @@ class EpochInfo(BaseModel):
         None, description="the largest event time (Unix seconds) among the transactions below the epoch's vector; null: windows off"
     )
     late: int = Field(0, description="events of this epoch that arrived already older than the window (never entered the graph)")
+    ranked_at: str | None = Field(
+        None, description="when the compute stage finished this epoch's results (committed_at: when it was sealed); null for epochs archived before it was kept"
+    )
 
 
 class EpochList(BaseModel):

@@ -180,10 +180,10 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
             epochs[e["epoch"]] = e
     eps = [epochs[k] for k in sorted(epochs)]
 
-    def ts(e: dict) -> float:
+    def ts(e: dict, key: str = "committed_at") -> float:
         import datetime as dt
 
-        return dt.datetime.fromisoformat(e["committed_at"]).timestamp()
+        return dt.datetime.fromisoformat(e[key]).timestamp()
 
     totals = [sum(s["rss"].values()) for s in samples]
     anon = [sum(s["anon"].values()) for s in samples]
@@ -197,6 +197,10 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
         out["gap_median_tail_s"] = float(np.median(gaps[tail])) if tail.any() else float("nan")
         out["timeliness_p99_ms"] = float(np.percentile([e["timeliness_ms"]["p99"] for e in eps], 99))
         out["timeliness_p99_tail_ms"] = float(np.percentile([e["timeliness_ms"]["p99"] for e, keep in zip(eps[1:], tail) if keep] or [0], 99))
+        # How long a reader waited for each ranked epoch after it was sealed (the API's ranked_at).
+        lag = [ts(e, "ranked_at") - ts(e) for e, keep in zip(eps[1:], tail) if keep and e.get("ranked_at")]
+        if lag:
+            out["ranked_lag_tail_s"] = {q: float(np.percentile(lag, p)) for q, p in (("p50", 50), ("p90", 90), ("max", 100))}
         out["events_per_s"] = (eps[-1]["records"] - eps[0]["records"]) / max(t[-1] - t[0], 1e-9)
         out["live_edges"] = eps[-1]["edges"]
         out["vertices"] = eps[-1]["vertices"]

@@ -19,6 +19,10 @@ from compute.apps.base import AppResult
 from compute.graph import EdgeChanges
 
 
+def _iso(t: float | None) -> str | None:
+    return None if t is None else dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat()
+
+
 @dataclass
 class EpochResult:
     epoch: int
@@ -69,6 +73,9 @@ class EpochResult:
     # name another vertex from then on, so a consumer keeps no epoch whose watermark is at or below
     # ``watermark - reuse_after`` (its ids may name other vertices now). None: ids are never reused.
     reuse_after: float | None = None
+    # When the compute stage finished this epoch's results (Unix seconds; ``committed_at`` is when it was
+    # sealed): how long a reader waited for them. None for epochs archived before it was kept.
+    ranked_at: float | None = None
 
     def known_vertices(self) -> int:
         """Vertex ids this epoch knows (the length of its per-vertex arrays): ``vertices`` outside
@@ -94,7 +101,7 @@ class EpochResult:
             "records": self.records,
             "vertices": self.vertices,
             "edges": self.edges,
-            "committed_at": dt.datetime.fromtimestamp(self.committed_at, dt.timezone.utc).isoformat(),
+            "committed_at": _iso(self.committed_at),
             "timeliness_ms": dict(self.timeliness_ms),
             "skipped": list(self.skipped),
             # The proven L1 error of each ranking's scores (what a top-k answer's certificate rests on).
@@ -103,4 +110,5 @@ class EpochResult:
             "window": getattr(self, "window", None),
             "watermark": getattr(self, "watermark", None),
             "late": int(getattr(self, "late", 0) or 0),
+            "ranked_at": _iso(getattr(self, "ranked_at", None)),
         }

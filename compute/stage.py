@@ -88,6 +88,7 @@ class ComputeStage:
             vertices=g.present_count,
             edges=g.live_edges(),
             committed_at=info.sealed_at,
+            ranked_at=time.time(),
             commit_ms=info.commit_ms,
             timeliness_ms=info.timeliness_ms,
             scores=scores,

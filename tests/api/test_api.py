@@ -12,7 +12,7 @@ from api.app import create_app
 from api.store import ResultStore
 
 EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms", "skipped", "error_bounds",
-              "window", "watermark", "late"}
+              "window", "watermark", "late", "ranked_at"}
 
 
 def assert_epoch_shape(e: dict) -> None:
@@ -22,7 +22,8 @@ def assert_epoch_shape(e: dict) -> None:
     assert all(isinstance(e[k], int) for k in ("records", "vertices", "edges", "late"))
     # Without --window (as these tests run) neither a window nor a watermark; see tests/api/test_window.py.
     assert e["window"] is None and e["watermark"] is None and e["late"] == 0
-    assert dt.datetime.fromisoformat(e["committed_at"]).tzinfo is not None
+    sealed, ranked = dt.datetime.fromisoformat(e["committed_at"]), dt.datetime.fromisoformat(e["ranked_at"])
+    assert sealed.tzinfo is not None and sealed <= ranked, "ranked after it was sealed"
     t = e["timeliness_ms"]
     assert set(t) == {"p50", "p99", "max"} and 0 <= t["p50"] <= t["p99"] <= t["max"]
 
