@@ -291,11 +291,14 @@ class EpochCoordinator:
     def _checkpoint_newest(self) -> None:
         """Make the newest sealed epoch a checkpoint if one is due and it is still queued: the hand-off about to
         start then ends at it. The budget's pause passes a due checkpoint over (and counts it)."""
-        if self._checkpoints is None or self._replay:
-            return  # re-cut epochs are checkpointed as they are cut
+        def due(last: Epoch | None) -> bool:
+            return last is not None and last.valid is not None and last.number - self._checkpointed >= self._checkpoint_every
+
+        if self._checkpoints is None or self._replay or not due(self._last):
+            return  # re-cut epochs are checkpointed as they are cut; none is due (seen without waiting for a cut)
         with self._cut_lock:
             last = self._last
-            if last is None or last.valid is None or last.number - self._checkpointed < self._checkpoint_every:
+            if last is None or not due(last):
                 return
             with self._queued:
                 if not self._queue or self._queue[-1][0].epoch != last.number or self._queue[-1][2] is not None:
