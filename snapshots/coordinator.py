@@ -19,8 +19,11 @@ it, so they write their parts as of it), the hand-off ends there, and the
 consumer's checkpoint call follows it, so the consumer's state is saved as of
 exactly that epoch; the manifest is committed from the hand-off thread once
 every part is written. (Checkpoints at fixed multiples ended each hand-off in
-the middle of the queue, and the epochs after the multiple waited for one
-more computation: results ranked ~2 computations behind the seal.)
+the middle of the queue: the epochs after the multiple waited one more
+computation. With a window, where ranking the small graph costs little and a
+batch's cost is nearly all per event, hand-offs of ~10 epochs did not keep up
+and the results fell minutes behind; whole batches settle at the size that
+keeps up. BENCHMARKS.md, the soak.)
 The epoch each hand-off ends at is marked ranked beside the epoch log; a re-cut
 after a crash ends its hand-offs at the same epochs (the API kept their results
 and is served them again), checkpoints the re-cut epochs at the multiples of
@@ -60,7 +63,7 @@ log = logging.getLogger(__name__)
 
 # Sealed epochs waiting for the consumer: beyond this the cut waits, so a consumer that stalls
 # makes epochs larger instead of queueing delta references without bound. At one epoch a second
-# it is a minute of epochs, far more than any one computation takes.
+# it is a minute of epochs, more than any one computation measured (~47 s, full rate with a window).
 MAX_QUEUED = 64
 # Epochs kept for status(): a few minutes at the default interval.
 RECENT = 256
