@@ -151,7 +151,7 @@ class EpochCoordinator:
         # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
         self._queued = threading.Condition()
-        self._busy = False  # the hand-off thread is inside a consumer call
+        self._busy = False  # the hand-off thread has taken a batch (placing its checkpoint, or in a consumer call)
         self._handed: dict | None = None  # what the consumer answered last
         self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
         self._failed: str | None = None
@@ -276,8 +276,10 @@ class EpochCoordinator:
             # A re-cut epoch is a checkpoint at the multiples, as it is re-cut: after a crash with nothing
             # new to read, the newest checkpoint catches up with the log. New epochs are made checkpoints
             # by the hand-off thread (see the module docstring).
-            recut_checkpoint = replaying and valid is not None and epoch.number % max(self._checkpoint_every, 1) == 0
-            checkpoint = self._checkpoint_parts(epoch) if recut_checkpoint and self._checkpoints else None
+            recut_checkpoint = (
+                self._checkpoints is not None and replaying and valid is not None and epoch.number % self._checkpoint_every == 0
+            )
+            checkpoint = self._checkpoint_parts(epoch) if recut_checkpoint else None
             if self._consumer is not None or self._checkpoints is not None:
                 with self._queued:
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
