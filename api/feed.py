@@ -84,8 +84,9 @@ class ResultFeed:
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)
-        if views:
-            self._trimmer.maybe_trim()  # the pulled results' copies and the store's merges are free now
+        # The pulled results' copies and the store's merges are free now; with nothing new (ingest
+        # throttled), the trim after the last epoch may have been too soon to run.
+        self._trimmer.maybe_trim()
         return views
 
     def _loop(self) -> None:

@@ -93,6 +93,9 @@ class ComputeActor:
         return self._stage.graph.snapshot()
 
     def latest_epoch(self) -> int:
+        """The last epoch merged; asked by the status poll every second, which also hands back what the
+        K-exposure recount freed on its own thread after the last batch (see :class:`HeapTrimmer`)."""
+        self._trimmer.maybe_trim()
         return self._stage.epoch
 
     def backend(self) -> str:

@@ -139,6 +139,7 @@ class IngestActor:
                     if pending is not None:
                         self._finish(pending)
                         pending = None
+                    self._trimmer.maybe_trim()
                     time.sleep(THROTTLED_SLEEP_S)
                     continue
                 current = self._read_round()

@@ -59,7 +59,9 @@ class ShardActor:
         return out
 
     def ping(self) -> int:
-        """Liveness: the last epoch applied."""
+        """Liveness: the last epoch applied. Also hands back the heap's free pages while no epoch comes
+        (ingest throttled): a trim after the last one may have been too soon to run."""
+        self._trimmer.maybe_trim()
         return self._store.epoch
 
     def node_id(self) -> str:
