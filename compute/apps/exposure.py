@@ -54,6 +54,14 @@ MAX_K = 8
 # grow with users times the hashtags of the hubs they mention (204 M at 800 k edges of the synthetic
 # stream, 3 GB in one product), so an unchunked count grows faster than the graph.
 COUNT_CHUNK_PAIRS = 4_000_000
+# A recount takes the hashtags in groups of about this many adoptions (tags edges). A group's arrays
+# cost ~150 bytes an adoption (keys, times, order, ranks, the adoptions matrix, the split of the
+# exposures): counted all at once, the recounts held ~3.4 GB more at 60 M edges of the synthetic
+# stream than between them, a step the memory budget could not see coming.
+GROUP_ADOPTIONS = 1_000_000
+# The mention edges are read in blocks of rows of about this many edges when the adopters' exposures
+# are split (~40 bytes an edge while a block is read, not for every edge of the graph at once).
+EDGE_BLOCK = 2_000_000
 _SHIFT = np.int64(32)
 _LOW = np.int64(0xFFFFFFFF)
 
@@ -109,14 +117,44 @@ class _CountInputs:
 
 
 def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Topic]:
-    """The K-exposure count itself (see :meth:`Exposure._count`).
+    """The K-exposure count itself (see :meth:`Exposure._count`), hashtag group by hashtag group.
 
-    A user's exposures to every hashtag at once are one sparse product, mentions @ adoptions
-    (distinct pairs, so each entry counts distinct adopters mentioned); only the adopters then
-    need their exposures split into before and after them, which takes the mentions between two
-    adopters of one hashtag, found from whichever end tagged fewer hashtags."""
-    t_src, t_dst, t_mult = inp.tags
+    A hashtag's count reads only its own adoptions (and the mentions between its adopters), so the
+    hashtags are counted in groups of about :data:`GROUP_ADOPTIONS` adoptions: a group's arrays are
+    bounded whatever the graph. Adopters are ordered by name once for all groups (a per-vertex rank),
+    since a user who tagged hashtags of many groups would otherwise be looked up in each."""
+    t_src, t_dst, _ = inp.tags
     sel = np.ones(len(t_dst), dtype=bool) if hashtags is None else np.isin(t_dst, hashtags)
+    if not sel.any():
+        return {}
+    n = inp.n
+    who = unique(t_src[sel])  # the distinct adopting users: far fewer strings to sort than adoptions
+    names = inp.names
+    name_rank = np.zeros(n, dtype=np.int64)
+    name_rank[who] = np.unique(np.array([names[v] for v in who.tolist()]), return_inverse=True)[1]
+    del who
+    out_ptr, out_idx = inp.mentions  # distinct pairs already: an edge is one per (src, dst) of a type
+    mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
+    # Group g takes the hashtags (by id) whose adoptions start within [g, g + 1) * GROUP_ADOPTIONS of
+    # the running count; a hashtag with more adoptions than that is a group alone.
+    per_tag = np.bincount(t_dst[sel])
+    group_of = ((np.cumsum(per_tag) - per_tag) // max(GROUP_ADOPTIONS, 1)).astype(np.int32)
+    groups = int(group_of[-1]) + 1
+    del per_tag
+    out: dict[int, Topic] = {}
+    for g in range(groups):
+        in_group = sel if groups == 1 else sel & (group_of[t_dst] == g)
+        out.update(_count_group(inp, in_group, name_rank, mentions))
+    return out
+
+
+def _count_group(inp: _CountInputs, sel: np.ndarray, name_rank: np.ndarray, mentions: sp.csr_matrix) -> dict[int, Topic]:
+    """The topics of the hashtags of the adoptions ``sel`` (a mask over the tags edges), every adoption of
+    each. A user's exposures to every hashtag at once are one sparse product, mentions @ adoptions
+    (distinct pairs, so each entry counts distinct adopters mentioned); only the adopters then need
+    their exposures split into before and after them, which takes the mentions between two adopters
+    of one hashtag, found from whichever end tagged fewer hashtags."""
+    t_src, t_dst, t_mult = inp.tags
     av, ah, am = t_src[sel], t_dst[sel], t_mult[sel]
     out: dict[int, Topic] = {}
     if not len(av):
@@ -125,7 +163,7 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     akey = _pack(av, ah)
     # The tagging tweet's time as the edge knows it now (an earlier tweet may have arrived in a later
     # epoch); the stamp where the edge has none.
-    ts = inp.tags_first[sel].copy()
+    ts = inp.tags_first[sel]
     ep = np.zeros(len(av), dtype=np.int64)
     unknown = np.flatnonzero(~np.isfinite(ts))
     if len(unknown):
@@ -133,19 +171,16 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
         if not len(inp.keys) or (inp.keys[pos] != akey[unknown]).any():
             raise RuntimeError("a tagging without a time has no adoption stamp")  # _stamp takes every one
         ep[unknown], ts[unknown] = inp.epochs[pos], inp.times[pos]
-    # Names of the distinct adopting users only: far fewer strings to sort than adoptions.
-    who, user_of = np.unique(av, return_inverse=True)
-    names = inp.names
-    _, user_rank = np.unique(np.array([names[v] for v in who.tolist()]), return_inverse=True)
-    order = np.lexsort((user_rank[user_of], ts, ep, ah))
+    order = np.lexsort((name_rank[av], ts, ep, ah))
+    del ts, ep
     rank = np.empty(len(av), dtype=np.int64)
     rank[order] = np.arange(len(av))
+    del order
     tags, col = np.unique(ah, return_inverse=True)
-    out_ptr, out_idx = inp.mentions  # distinct pairs already: an edge is one per (src, dst) of a type
-    mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
     adoptions = sp.csr_matrix((np.ones(len(av), np.int32), (av, col)), shape=(n, len(tags)))
     hist = _exposure_histogram(mentions, adoptions, levels)
-    seen, before = _adopter_exposures(akey, av, rank, n, out_ptr, out_idx)
+    del adoptions
+    seen, before = _adopter_exposures(akey, av, rank, n, mentions.indptr, mentions.indices)
     # An adopter reached only the levels of the exposures before it: move its entry's count there
     # (one without exposures has no entry, and moves nothing from level 0 to level 0).
     base = col * levels
@@ -168,6 +203,14 @@ def _chunk_starts(cum: np.ndarray, budget: int) -> np.ndarray:
     return unique(np.searchsorted(cum, np.arange(budget, int(cum[-1]), budget), side="right"))
 
 
+def _row_blocks(ptr: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of rows of a CSR row pointer with about ``size`` entries each (a row with more is
+    a range alone)."""
+    cuts = np.searchsorted(ptr, np.arange(size, int(ptr[-1]), size), side="left")
+    bounds = unique(np.concatenate([[0], cuts, [len(ptr) - 1]]).astype(np.int64)).tolist()
+    return list(itertools.pairwise(bounds))
+
+
 def _adopter_exposures(
     akey: np.ndarray, av: np.ndarray, rank: np.ndarray, n: int, out_ptr: np.ndarray, out_idx: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -176,21 +219,18 @@ def _adopter_exposures(
 
     The mentions u -> v between two adopters of one hashtag: the hashtags of the end that tagged fewer
     are expanded and each looked up at the other end (self-mentions meet themselves, as in the product).
-    The mention edges are taken in chunks whose expansions hold a quarter of :data:`COUNT_CHUNK_PAIRS`
-    pairs (as many bytes as a chunk of the product): all at once they held every (mention, hashtag)
-    pair of the graph, which grows faster than the graph (a 7 GB transient at 20 M edges of the
-    synthetic stream drove the compute actor over the memory budget)."""
+    The mention edges are read in blocks of :data:`EDGE_BLOCK` edges, those with no pair left out, and
+    taken in chunks whose expansions hold a quarter of :data:`COUNT_CHUNK_PAIRS` pairs (as many bytes
+    as a chunk of the product): all at once they held every (mention, hashtag) pair of the graph, which
+    grows faster than the graph (a 7 GB transient at 20 M edges of the synthetic stream drove the
+    compute actor over the memory budget)."""
     asort = np.argsort(akey)
     sorted_akey = akey[asort]  # by user, then hashtag: a_ptr delimits each user's adoptions in it
     a_ptr = np.concatenate([[0], np.cumsum(np.bincount(av, minlength=n))])
     tagged = np.diff(a_ptr)
     positions = np.arange(len(av))
-    e_src = np.repeat(np.arange(n, dtype=out_idx.dtype), np.diff(out_ptr))
-    cum = np.cumsum(np.minimum(tagged[e_src], tagged[out_idx]))  # the pairs each edge expands to, summed
     seen = np.zeros(len(av), dtype=np.int64)
     before = np.zeros(len(av), dtype=np.int64)
-    if not len(cum) or cum[-1] == 0:
-        return seen, before
     # The chunks' hits are counted in batches of at least len(av): a bincount per chunk would cost
     # O(adoptions) each time, hundreds of times over on a large graph.
     hits: list[np.ndarray] = []
@@ -205,27 +245,36 @@ def _adopter_exposures(
             earlier.clear()
 
     held = 0
-    starts = _chunk_starts(cum, max(COUNT_CHUNK_PAIRS // 4, 1))  # ~80 bytes a pair here, against ~16 in the product
-    for lo, hi in itertools.pairwise([0, *starts.tolist(), len(cum)]):
-        if lo == hi:
+    for r0, r1 in _row_blocks(out_ptr, max(EDGE_BLOCK, 1)):
+        e_src = np.repeat(np.arange(r0, r1, dtype=out_idx.dtype), np.diff(out_ptr[r0:r1 + 1]))
+        e_dst = out_idx[out_ptr[r0]:out_ptr[r1]]
+        pairs = np.minimum(tagged[e_src], tagged[e_dst])  # the pairs each edge expands to
+        some = np.flatnonzero(pairs)
+        if not len(some):
             continue
-        src, dst = e_src[lo:hi], out_idx[lo:hi]
-        src_near = tagged[src] <= tagged[dst]
-        near = np.where(src_near, src, dst)
-        far = np.where(src_near, dst, src)
-        at, edge = expand(a_ptr, positions, near)
-        look = _pack(far[edge], sorted_akey[at] & _LOW)
-        found = np.minimum(np.searchsorted(sorted_akey, look), len(akey) - 1)
-        hit = sorted_akey[found] == look
-        a_near, a_far, u_near = asort[at[hit]], asort[found[hit]], src_near[edge[hit]]
-        mentioner = np.where(u_near, a_near, a_far)
-        mentioned = np.where(u_near, a_far, a_near)
-        hits.append(mentioner)
-        earlier.append(mentioner[rank[mentioned] < rank[mentioner]])
-        held += len(mentioner)
-        if held >= max(len(av), COUNT_CHUNK_PAIRS):
-            count()
-            held = 0
+        e_src, e_dst, cum = e_src[some], e_dst[some], np.cumsum(pairs[some])
+        del pairs, some
+        starts = _chunk_starts(cum, max(COUNT_CHUNK_PAIRS // 4, 1))  # ~80 bytes a pair here, against ~16 in the product
+        for lo, hi in itertools.pairwise([0, *starts.tolist(), len(cum)]):
+            if lo == hi:
+                continue
+            src, dst = e_src[lo:hi], e_dst[lo:hi]
+            src_near = tagged[src] <= tagged[dst]
+            near = np.where(src_near, src, dst)
+            far = np.where(src_near, dst, src)
+            at, edge = expand(a_ptr, positions, near)
+            look = _pack(far[edge], sorted_akey[at] & _LOW)
+            found = np.minimum(np.searchsorted(sorted_akey, look), len(akey) - 1)
+            hit = sorted_akey[found] == look
+            a_near, a_far, u_near = asort[at[hit]], asort[found[hit]], src_near[edge[hit]]
+            mentioner = np.where(u_near, a_near, a_far)
+            mentioned = np.where(u_near, a_far, a_near)
+            hits.append(mentioner)
+            earlier.append(mentioner[rank[mentioned] < rank[mentioner]])
+            held += len(mentioner)
+            if held >= max(len(av), COUNT_CHUNK_PAIRS):
+                count()
+                held = 0
     count()
     return seen, before
 

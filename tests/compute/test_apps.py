@@ -354,12 +354,16 @@ def counted(names: list[str], topics: dict) -> dict[str, tuple]:
     return {names[h]: (t.usage, t.users, t.reached.tolist(), t.adopted.tolist()) for h, t in topics.items()}
 
 
-@pytest.mark.parametrize("seed,chunk", [(s, None) for s in range(6)] + [(0, 1), (1, 7)])
-def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chunk, monkeypatch):
+@pytest.mark.parametrize(
+    "seed,chunk,group,block", [(s, None, None, None) for s in range(6)] + [(0, 1, None, None), (1, 7, None, None), (2, None, 3, 5), (3, 7, 1, 1)],
+)
+def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chunk, group, block, monkeypatch):
     """Every epoch, incremental and from scratch, on both orders: edge times (real shards) and, for graphs
-    without them, the stamps (epoch, last tweet time); also with the users counted in chunks of a few pairs."""
-    if chunk is not None:
-        monkeypatch.setattr("compute.apps.exposure.COUNT_CHUNK_PAIRS", chunk)
+    without them, the stamps (epoch, last tweet time); also with the users counted in chunks of a few pairs,
+    the hashtags in groups of a few adoptions and the mention edges read a few at a time."""
+    for name, value in (("COUNT_CHUNK_PAIRS", chunk), ("GROUP_ADOPTIONS", group), ("EDGE_BLOCK", block)):
+        if value is not None:
+            monkeypatch.setattr(f"compute.apps.exposure.{name}", value)
     epochs = random_tweet_epochs(seed)
     model, st = ExposureModel(), Stream()
     for e, ((g, apps, out), batch) in enumerate(zip(shard_epochs(epochs), epochs), start=1):
