@@ -55,9 +55,9 @@ MAX_K = 8
 # stream, 3 GB in one product), so an unchunked count grows faster than the graph.
 COUNT_CHUNK_PAIRS = 4_000_000
 # A recount takes the hashtags in groups of about this many adoptions (tags edges). A group's arrays
-# cost ~150 bytes an adoption (keys, times, order, ranks, the adoptions matrix, the split of the
-# exposures): counted all at once, the recounts held ~3.4 GB more at 60 M edges of the synthetic
-# stream than between them, a step the memory budget could not see coming.
+# cost ~150 bytes an adoption by their dtypes (keys, times, order, ranks, the adoptions matrix, the
+# split of the exposures): counted all at once, ~3.5 GB at the ~23 M taggings of 60 M edges of the
+# synthetic stream, a step the memory budget cannot see coming, on the recount's own thread.
 GROUP_ADOPTIONS = 1_000_000
 # The mention edges are read in blocks of rows of about this many edges when the adopters' exposures
 # are split (~40 bytes an edge while a block is read, not for every edge of the graph at once).
@@ -137,9 +137,10 @@ def _count_from(inp: _CountInputs, hashtags: np.ndarray | None) -> dict[int, Top
     mentions = sp.csr_matrix((np.ones(len(out_idx), np.int32), out_idx, out_ptr), shape=(n, n))
     # Group g takes the hashtags (by id) whose adoptions start within [g, g + 1) * GROUP_ADOPTIONS of
     # the running count; a hashtag with more adoptions than that is a group alone.
-    per_tag = np.bincount(t_dst[sel])
-    group_of = ((np.cumsum(per_tag) - per_tag) // max(GROUP_ADOPTIONS, 1)).astype(np.int32)
-    groups = int(group_of[-1]) + 1
+    per_tag = np.bincount(t_dst[sel], minlength=n)  # over every vertex id: unselected tags edges index it too
+    size = max(GROUP_ADOPTIONS, 1)
+    group_of = ((np.cumsum(per_tag) - per_tag) // size).astype(np.int32)
+    groups = (int(per_tag.sum()) - 1) // size + 1  # a group may be empty (a large hashtag spans it): skipped
     del per_tag
     out: dict[int, Topic] = {}
     for g in range(groups):
