@@ -23,8 +23,8 @@ import numpy as np
 
 from bench.index import measure
 from bench.machine import describe as machine
-from compute.apps.base import AppGraph, csr_pairs
 from compute.apps import exposure
+from compute.apps.base import AppGraph, csr_pairs
 from compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
 from compute.apps.runner import Applications
 from compute.graph import EdgeChanges, GlobalGraph

@@ -204,14 +204,6 @@ def _chunk_starts(cum: np.ndarray, budget: int) -> np.ndarray:
     return unique(np.searchsorted(cum, np.arange(budget, int(cum[-1]), budget), side="right"))
 
 
-def _row_blocks(ptr: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of rows of a CSR row pointer with about ``size`` entries each (a row with more is
-    a range alone)."""
-    cuts = np.searchsorted(ptr, np.arange(size, int(ptr[-1]), size), side="left")
-    bounds = unique(np.concatenate([[0], cuts, [len(ptr) - 1]]).astype(np.int64)).tolist()
-    return list(itertools.pairwise(bounds))
-
-
 def _adopter_exposures(
     akey: np.ndarray, av: np.ndarray, rank: np.ndarray, n: int, out_ptr: np.ndarray, out_idx: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -246,7 +238,11 @@ def _adopter_exposures(
             earlier.clear()
 
     held = 0
-    for r0, r1 in _row_blocks(out_ptr, max(EDGE_BLOCK, 1)):
+    # Blocks of rows of about EDGE_BLOCK edges: the rows are the items, their running ends the sums.
+    blocks = _chunk_starts(out_ptr[1:], max(EDGE_BLOCK, 1)).tolist() if out_ptr[-1] else []
+    for r0, r1 in itertools.pairwise([0, *blocks, len(out_ptr) - 1]):
+        if r0 == r1:
+            continue
         e_src = np.repeat(np.arange(r0, r1, dtype=out_idx.dtype), np.diff(out_ptr[r0:r1 + 1]))
         e_dst = out_idx[out_ptr[r0]:out_ptr[r1]]
         pairs = np.minimum(tagged[e_src], tagged[e_dst])  # the pairs each edge expands to
