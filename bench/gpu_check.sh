@@ -1,162 +1,73 @@
 #!/usr/bin/env bash
-# GPU check of the ranking engine, one prepared script for a device machine (issue 4).
+# The GPU check: one prepared script for a GPU machine that has Python 3.12 with CuPy, NumPy and SciPy
+# and nothing else (no Ray, no FastAPI, no network).
 #
-# Needs only Python with CuPy, NumPy and SciPy (no Ray, FastAPI or msgspec: it imports
-# compute.backend/resident/engine/pagerank/tunkrank and nothing else of the project).
-#  1. correctness: CuPy against NumPy on a 1M-edge R-MAT graph, from scratch and over
-#     incremental epochs;
-#  2. scale: a 500M-edge R-MAT graph generated on the GPU, float32; the time of one
-#     PageRank sweep (one iteration) and the memory bandwidth it achieves as a share of
-#     4.8 TB/s (H200); from-scratch solves by GMRES (the engine's) and by power iteration;
-#     then one incremental epoch at 0.1% delta as the engine runs it (warm-started GMRES).
-# Prints one JSON line per step; finishes in a few minutes on an H200.
+#   bash bench/gpu_check.sh prepare    # here: record the stream, bundle the pure-Python packages it needs
+#   bash bench/gpu_check.sh            # there, with bench/out/ carried over: every step, JSON lines
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SCALE=12 GPU_CHECK_EDGES=40000 bash bench/gpu_check.sh   # the CPU dry run
 #
-#   bash bench/gpu_check.sh                                   # on the GPU machine
-#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SCALE=12 GPU_CHECK_EDGES=40000 GPU_CHECK_SCALE_ON_CPU=1 bash bench/gpu_check.sh  # CPU dry run
-set -euo pipefail
+# The steps, each under its own time limit so that one failure leaves the others' figures:
+#  1. bench/gpu.py: the ranking engine, CuPy against NumPy (from scratch and incremental), and at
+#     scale: one sweep of a 500M-edge R-MAT graph against the device's memory bandwidth, from-scratch
+#     solves, an incremental epoch at 0.1% change;
+#  2. the compute tests marked ``gpu`` (every algorithm test on the cupy backend);
+#  3. bench/replay.py: the compute stage itself (compute/stage.py: merge, both rankings, the
+#     applications) replaying the recorded growing stream, CuPy beside NumPy on the machine's CPU,
+#     every epoch's scores checked within the two stages' published bounds.
+# Sized to end in about 7 minutes on an H200 (a second try fits the device time).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export GPU_CHECK_DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-export GPU_CHECK_SCALE="${GPU_CHECK_SCALE:-25}"           # 33.5M vertices
-export GPU_CHECK_EDGES="${GPU_CHECK_EDGES:-500000000}"
-export GPU_CHECK_PEAK_TBS="${GPU_CHECK_PEAK_TBS:-4.8}"
-exec "${PYTHON:-python3}" - <<'PY'
-import json, os, sys, time
-import numpy as np
+PY="${PYTHON:-python3}"
+BUNDLE=bench/out/gpuenv.tar.xz
+RECORDING=bench/out/gpu.rec
 
-sys.path.insert(0, os.getcwd())
-from compute.backend import get_backend, numpy_backend
-from compute.engine import RankConfig, RankEngine
-from compute.pagerank import PageRank
-from compute.resident import ResidentGraph
+if [ "${1:-}" = prepare ]; then
+  # The packages the tests and the stage import beyond NumPy/SciPy, as wheels for the GPU machine's
+  # Python (3.12, x86_64), packed small: what is carried to it is limited to 64 MiB with the recording.
+  set -e
+  mkdir -p bench/out
+  tmp=$(mktemp -d)
+  "$PY" -m pip install --quiet --target "$tmp" --python-version "${GPU_PYTHON:-3.12}" --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+    --only-binary=:all: msgspec orjson pydantic pydantic-settings pytest pytest-timeout hypothesis networkx
+  tar cJf "$BUNDLE" --exclude=__pycache__ --exclude='networkx/*/tests' -C "$tmp" .
+  rm -rf "$tmp"
+  # 4M events of the growing stream (~4.9M live edges, 80 epochs of 50k): ~51 MB, the most that fits.
+  [ -f "$RECORDING" ] || "$PY" -m bench.replay record --events "${GPU_CHECK_EVENTS:-4000000}" --per-epoch 50000 --out "$RECORDING"
+  du -ch "$BUNDLE" "$RECORDING" | tail -1
+  exit 0
+fi
 
-DEVICE = os.environ["GPU_CHECK_DEVICE"]
-SCALE = int(os.environ["GPU_CHECK_SCALE"])
-EDGES = int(os.environ["GPU_CHECK_EDGES"])
-PEAK = float(os.environ["GPU_CHECK_PEAK_TBS"]) * 1e12
-A, B, C = 0.57, 0.19, 0.19  # Graph500 R-MAT
+DEVICE="${GPU_CHECK_DEVICE:-cuda}"
+OUT="${OUT:-bench/out/gpu-check}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.jsonl"
+: > "$LOG"
+if [ -f "$BUNDLE" ]; then
+  site=$(mktemp -d)
+  tar xJf "$BUNDLE" -C "$site"
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
+step() {  # step NAME SECONDS COMMAND...: its output to the log; a failure or a timeout is a line too
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "{\"step\": \"$name-exit\", \"rc\": $rc, \"seconds\": $((SECONDS - t0))}" | tee -a "$LOG"
+}
 
-def say(**kw):
-    print(json.dumps(kw), flush=True)
-
-
-def rmat(xp, scale, m, seed, chunk=50_000_000):
-    """R-MAT pairs on the device (xp = cupy) or the host, in chunks to bound the temporaries."""
-    rs = xp.random.RandomState(seed)
-    perm = xp.asarray(np.random.default_rng(seed).permutation(1 << scale).astype(np.int32))
-    srcs, dsts = [], []
-    for lo in range(0, m, chunk):
-        k = min(chunk, m - lo)
-        s = xp.zeros(k, dtype=np.int32)
-        d = xp.zeros(k, dtype=np.int32)
-        for bit in range(scale):
-            r = rs.random_sample(k) if xp is np else rs.random_sample(k, dtype=np.float32)
-            s |= (r >= A + B).astype(np.int32) << bit
-            d |= (((r >= A) & (r < A + B)) | (r >= A + B + C)).astype(np.int32) << bit
-            del r
-        srcs.append(perm[s]); dsts.append(perm[d])
-        del s, d
-    return xp.concatenate(srcs), xp.concatenate(dsts)
-
-
-be = get_backend(DEVICE)
-cpu = numpy_backend()
-xp = be.xp
-info = {"backend": be.name}
-if be.is_gpu:
-    props = xp.cuda.runtime.getDeviceProperties(0)
-    info["device"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    info["memory_gib"] = round(xp.cuda.runtime.memGetInfo()[1] / 2**30, 1)
-say(step="start", date=time.strftime("%Y-%m-%d"), **info)
-
-# 1. Correctness against NumPy: 1M edges (or the small size of a CPU syntax check).
-small_scale, small_m = (16, 1 << 20) if be.is_gpu else (SCALE, EDGES)
-s, d = rmat(np, small_scale, small_m, seed=1)
-n = 1 << small_scale
-keys, counts = np.unique(s.astype(np.int64) * n + d, return_counts=True)
-src, dst, w = keys // n, keys % n, counts.astype(np.float64)
-engines = {name: RankEngine(RankConfig(tol=1e-9), b) for name, b in (("numpy", cpu), ("device", be))}
-for e in engines.values():
-    e.update(n, src, dst, w)
-rng = np.random.default_rng(2)
-for epoch in range(3):
-    k = max(4, len(keys) // 1000)
-    pick = rng.choice(len(keys), size=k, replace=False)
-    dw = np.where(rng.random(k) < 0.5, -w[pick], 1.0)
-    w[pick] += dw
-    for e in engines.values():
-        e.update(n, src[pick], dst[pick], dw)
-got = {name: e.host_scores() for name, e in engines.items()}
-l1 = {a: float(np.abs(got["numpy"][a] - got["device"][a]).sum()) for a in ("pagerank", "tunkrank")}
-ok = l1["pagerank"] < 2e-9 and l1["tunkrank"] < 2e-9 * max(1.0, float(got["numpy"]["tunkrank"].sum()))
-say(step="correctness", pairs=int(len(keys)), l1_device_vs_numpy=l1, ok=bool(ok))
-del engines, got
-if not be.is_gpu and not os.environ.get("GPU_CHECK_SCALE_ON_CPU"):
-    say(step="done", note="CPU check: set GPU_CHECK_SCALE_ON_CPU=1 to run the scale step at this size too")
-    sys.exit(0 if ok else 1)
-
-# 2. Scale: 500M R-MAT pairs generated on the GPU, float32 resident graph.
-t = time.perf_counter()
-s, d = rmat(xp, SCALE, EDGES, seed=3)
-n = 1 << SCALE
-g = ResidentGraph.from_device_edges(n, s, d, xp.ones(len(s), dtype=np.float32), be, dtype=np.float32)
-del s, d
-if be.is_gpu:
-    xp.get_default_memory_pool().free_all_blocks()
-be.synchronize()
-say(step="build", vertices=n, pairs=g.nnz, seconds=round(time.perf_counter() - t, 1),
-    resident_bytes_per_edge=round(g.nbytes() / g.nnz, 2))
-
-cfg = RankConfig(device=DEVICE, dtype="float32", tol=1e-5)
-pr = PageRank(g, cfg.damping, cfg.tol, cfg.max_iter, cfg.dense_switch)
-pr.solver.grow()
-pr.solver.recompute_residual()
-for _ in range(2):  # warm up cuSPARSE
-    pr.solver._sweep()
-be.synchronize()
-reps = 10
-t = time.perf_counter()
-for _ in range(reps):
-    pr.solver._sweep()
-be.synchronize()
-sweep_s = (time.perf_counter() - t) / reps
-# The least a pull sweep must move: the in-CSR (4-byte index + 4-byte weight per edge, the row
-# pointers), one 4-byte gather per edge, and ~6 passes over n-float vectors (scale, update, residual).
-moved = g.nnz * (4 + 4 + 4) + (n + 1) * 4 + 6 * n * 4
-say(step="sweep", ms=round(sweep_s * 1000, 2), bytes=moved, tb_per_s=round(moved / sweep_s / 1e12, 3),
-    share_of_peak=round(moved / sweep_s / PEAK, 3))
-
-for method in ("krylov", "power"):
-    t = time.perf_counter()
-    stats = pr.solver.scratch(method)
-    be.synchronize()
-    say(step="scratch", method=method, ms=round((time.perf_counter() - t) * 1000, 1), iterations=stats.iterations)
-
-# One incremental epoch at 0.1% of the pairs: half new R-MAT pairs, half re-weighted existing ones.
-# As RankEngine runs an epoch of that size: no retract; one sweep recomputes the residual, then GMRES.
-k = g.nnz // 1000
-rs = np.random.default_rng(4)
-ns, nd = rmat(np, SCALE, k // 2, seed=5)
-rows = rs.integers(0, n, size=k - k // 2)
-indptr = be.to_host(g._base_out.indptr)
-has = indptr[rows + 1] > indptr[rows]
-rows = rows[has]
-cols = be.to_host(g._base_out.indices[be.asarray(indptr[rows])])
-src = np.concatenate([ns, rows]).astype(np.int64)
-dst = np.concatenate([nd, cols]).astype(np.int64)
-dw = np.ones(len(src))
-method = "push" if len(src) <= cfg.push_max_delta * g.nnz else "sweep"
-t = time.perf_counter()
-rows_dev = be.asarray(np.unique(src))
-if method == "push":
-    pr.retract(rows_dev)
-else:
-    pr.forget()
-g.apply(src, dst, dw)
-stats = pr.update(rows_dev, method)
-be.synchronize()
-ms = (time.perf_counter() - t) * 1000
-say(step="incremental", delta=float(len(src) / g.nnz), ms=round(ms, 1), method=stats.method,
-    iterations=stats.iterations, sweeps=stats.sweeps, target_ms=100)
-say(step="done")
-PY
+step machine 20 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; nproc; python3 --version'
+step ranking 240 "$PY" -m bench.gpu --device "$DEVICE" --scale "${GPU_CHECK_SCALE:-25}" --edges "${GPU_CHECK_EDGES:-500000000}" \
+  --peak-tbs "${GPU_CHECK_PEAK_TBS:-4.8}"
+if [ "$DEVICE" = cuda ]; then
+  step tests 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/compute
+else  # the dry run: the same files on NumPy, to prove the bundle imports
+  step tests 120 "$PY" -m pytest -q -p no:cacheprovider tests/compute/test_incremental.py tests/compute/test_tunkrank.py
+fi
+if [ -f "$RECORDING" ]; then
+  step replay "${GPU_CHECK_REPLAY_S:-240}" "$PY" -m bench.replay replay "$RECORDING" --device "$DEVICE" --against cpu \
+    --warm "${GPU_CHECK_WARM:-70}" --epochs "${GPU_CHECK_EPOCHS:-10}" --topics-budget 0.2 --json
+fi
+echo "{\"step\": \"done\", \"log\": \"$LOG\"}"

@@ -1,4 +1,7 @@
-"""Shared fixtures: a real local Ray instance for the tests that ask for it."""
+"""Shared fixtures: a real local Ray instance for the tests that ask for it.
+
+Ray is imported inside its fixture: the compute tests also run on a GPU machine that has only
+CuPy, NumPy and SciPy (bench/gpu_check.sh runs the ``gpu`` tests there)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import ray
 
 KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 
@@ -18,6 +20,8 @@ KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real embedded Ray instance, shared by the session; actors are created per test."""
+    import ray  # here, not at the top: see the module docstring
+
     if not ray.is_initialized():
         ray.init(
             address="local",
