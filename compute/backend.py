@@ -91,16 +91,25 @@ def numpy_backend() -> Backend:
     return _NUMPY
 
 
-def cupy_gpu_count() -> int:
-    """GPUs CuPy can use here; 0 when CuPy is not installed or sees no device."""
+def _probe_cupy() -> tuple[int, str]:
+    """GPUs CuPy can use here, and when none, why (empty when CuPy is simply not installed)."""
     try:
         import cupy  # noqa: PLC0415 - optional, imported only when asked for
-    except Exception:  # noqa: BLE001 - ImportError, or a broken CUDA install
-        return 0
+    except ImportError:
+        return 0, ""
+    except Exception as exc:  # noqa: BLE001 - a broken CUDA install fails at import with anything
+        return 0, f"CuPy is installed but does not import ({type(exc).__name__}: {exc})"
     try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # noqa: BLE001 - CUDA driver missing or no device visible
-        return 0
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001 - the driver missing, or older than this CuPy's CUDA
+        return 0, (f"CuPy {cupy.__version__} sees no GPU ({type(exc).__name__}: {exc}); its CUDA major version "
+                   "must be one the driver supports: pip install '.[gpu-cuda12]' or '.[gpu-cuda13]' to match nvidia-smi")
+    return count, "" if count else f"CuPy {cupy.__version__} sees no GPU"
+
+
+def cupy_gpu_count() -> int:
+    """GPUs CuPy can use here; 0 when CuPy is not installed or sees no device."""
+    return _probe_cupy()[0]
 
 
 def _cupy_backend() -> Backend:
@@ -116,12 +125,16 @@ def get_backend(device: Device = "auto") -> Backend:
         return _NUMPY
     if device not in ("auto", "cuda"):
         raise ValueError(f"unknown device {device!r}: auto, cpu or cuda")
-    if cupy_gpu_count() > 0:
+    count, why = _probe_cupy()
+    if count > 0:
         return _cupy_backend()
     if device == "cuda":
         raise BackendUnavailable(
-            "--device cuda, but CuPy is not installed or sees no GPU. "
-            "Operator action: pip install '.[gpu]' on a machine with a CUDA GPU, or run with --device auto/cpu."
+            f"--device cuda, but {why or 'CuPy is not installed'}. Operator action: pip install '.[gpu-cuda12]' "
+            "(or '.[gpu-cuda13]', matching nvidia-smi's CUDA version) on a machine with a CUDA GPU, or run with --device auto/cpu."
         )
-    log.info("no GPU visible to CuPy; ranking on the CPU with NumPy/SciPy")
+    if why:  # CuPy is there and cannot be used: an operator who installed it wants to know
+        log.warning("%s; ranking on the CPU with NumPy/SciPy", why)
+    else:
+        log.info("CuPy is not installed; ranking on the CPU with NumPy/SciPy")
     return _NUMPY

@@ -184,6 +184,24 @@ def test_backend_choice():
         assert get_backend("auto").name == "cupy"
 
 
+def test_auto_says_why_an_installed_cupy_cannot_be_used(monkeypatch, caplog):
+    """A CuPy built for a CUDA newer than the driver imports, then fails on the first runtime call.
+    No such machine is here, so a stand-in module raises as CuPy does there (a fake of a fault that
+    cannot be made for real)."""
+    import types  # noqa: PLC0415
+
+    def no_driver():
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version")
+
+    fake = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_driver)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with caplog.at_level("WARNING", logger="compute.backend"):
+        assert get_backend("auto") is numpy_backend()
+    assert "insufficient" in caplog.text and "gpu-cuda12" in caplog.text
+    with pytest.raises(BackendUnavailable, match=r"CuPy 14.2.0 sees no GPU.*Operator action"):
+        get_backend("cuda")
+
+
 def test_the_algorithms_import_without_ray_fastapi_or_cupy():
     code = (
         "import sys, compute.engine, compute.pagerank, compute.tunkrank, compute.backend;"
