@@ -22,7 +22,7 @@ from compute.engine import RankConfig
 from compute.ids import NameChanges
 from compute.results import EpochResult
 from compute.stage import ComputeStage, SealedEpoch
-from ingest.runtime import HeapTrimmer
+from ingest.runtime import HeapTrimmer, configure_logging
 from snapshots.checkpoint import CheckpointStore, dumps, loads, read_verified
 from snapshots.epoch import EpochInfo
 
@@ -41,7 +41,7 @@ class ComputeActor:
                  restore: tuple[str, str] | None = None, log_level: str = "INFO") -> None:
         """``settings``: the ranking and application fields of the settings (``RANKING_FIELDS`` of the
         wiring). ``restore``: (path, sha256) of the ids file of a checkpoint."""
-        logging.basicConfig(level=log_level)
+        configure_logging(log_level)
         rank = RankConfig.from_settings(settings or {})
         apps = AppConfig.from_settings(settings or {})
         reuse_after = (settings or {}).get("id_reuse_after")

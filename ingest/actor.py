@@ -19,7 +19,7 @@ import ray
 
 from ingest.batch import Router
 from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
-from ingest.runtime import HeapTrimmer, tune_gc
+from ingest.runtime import HeapTrimmer, configure_logging, tune_gc
 from ingest.sources import SourceSpec, open_partitions
 from ingest.transforms import Event, events_of, get_transform
 
@@ -67,8 +67,7 @@ class IngestActor:
         log_level: str = "INFO",
     ) -> None:
         """``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times)."""
-        logging.basicConfig(level=log_level)
-        logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter drowns the pipeline's log
+        configure_logging(log_level)
         self.actor_id = actor_id
         self._parts = open_partitions(spec, partitions, starts)
         self._transform = get_transform(transform)

@@ -1,7 +1,9 @@
-"""Process-wide memory settings for the service's processes (ingest, shard and compute actors, the API).
+"""Process-wide settings for the service's processes (ingest, shard and compute actors, the API).
 
-It owns the garbage collector's tuning (an actor calls :func:`tune_gc` once, at
-the end of its start-up) and the hand-back of the C heap's free pages
+It owns the log format every process writes (:func:`configure_logging`: the CLI
+calls it for the driver, each actor for its Ray worker, which is a process of
+its own), the garbage collector's tuning (an actor calls :func:`tune_gc` once,
+at the end of its start-up) and the hand-back of the C heap's free pages
 (:class:`HeapTrimmer`, called after each unit of work).
 """
 
@@ -9,8 +11,18 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
+import sys
 import threading
 import time
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str | int = "INFO") -> None:
+    """The one log set-up of a process: its entry point (the CLI, an actor's constructor) calls it first."""
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stdout)
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter is not the user's business
 
 
 # Every round allocates and frees hundreds of thousands of small containers (decoded

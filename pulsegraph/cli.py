@@ -2,8 +2,8 @@
 
 Every flag is generated from :class:`~pulsegraph.settings.Settings`, so the CLI,
 the environment variables and the defaults can never disagree; each flag's
-help names its ``PULSEGRAPH_*`` variable. This is the one place that
-configures logging.
+help names its ``PULSEGRAPH_*`` variable. It configures the driver's logging
+(:func:`ingest.runtime.configure_logging`, which each actor calls for its own worker).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ingest.runtime import configure_logging
 from pulsegraph.errors import ProduceError
 from pulsegraph.produce import add_arguments as add_produce_arguments
 from pulsegraph.produce import produce
@@ -59,8 +60,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "produce":
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("kafka").setLevel(logging.WARNING)  # its connection chatter is not the user's business
+        configure_logging("INFO")
         try:
             stats = produce(args)
         except ProduceError as exc:
@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = [f"  {_flag(str(e['loc'][0])) if e['loc'] else ''}: {e['msg']}" for e in exc.errors()]
         print("pulsegraph: invalid settings\n" + "\n".join(lines), file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout
-    )
+    configure_logging(settings.log_level)
     if args.command == "run":
         from pulsegraph.service import serve
 

@@ -54,6 +54,7 @@ import numpy as np
 import ray
 
 from ingest.arrays import unique
+from ingest.runtime import configure_logging
 from snapshots.checkpoint import CheckpointStore
 from snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from snapshots.exceptions import EpochOrderError
@@ -106,7 +107,7 @@ class EpochCoordinator:
         watermarks, so history after a crash is the history before it. ``log_keep``: the newest epochs
         the log keeps even once a checkpoint covers them (it is compacted after each checkpoint).
         ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause)."""
-        logging.basicConfig(level=log_level)
+        configure_logging(log_level)
         self._shards = shards
         self._consumer = consumer
         self._log = EpochLog(log_path)

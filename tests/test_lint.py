@@ -11,6 +11,13 @@ from pathlib import Path
 TOP = Path(__file__).resolve().parent.parent
 
 
+def test_imports_point_one_way():
+    """import-linter's contracts in pyproject.toml: ingest <- snapshots <- compute <- api <- the wiring."""
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run([str(lint_imports)], cwd=TOP, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_ruff_finds_nothing():
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--select", "F,E9", "ingest", "snapshots", "compute", "api", "pulsegraph", "bench", "tests"],

@@ -104,7 +104,7 @@ def test_metrics_in_prometheus_text(running):
     text = r.text
     for name in (
         "pulsegraph_records_ingested_total", "pulsegraph_dead_letters_total", "pulsegraph_epoch_commit_seconds_bucket",
-        "pulsegraph_epoch_timeliness_seconds", 'pulsegraph_compute_seconds_count{algo="pagerank"}',
+        'pulsegraph_epoch_timeliness_seconds{stat="p99"}', 'pulsegraph_compute_seconds_count{algo="pagerank"}',
         'pulsegraph_http_request_duration_seconds_count{method="GET",route="/v1/rank/top",status="200"}',
     ):
         assert name in text, name
