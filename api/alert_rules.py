@@ -1,8 +1,8 @@
 """The alert rule kinds and their evaluation: pure functions of a ranked epoch and the ranked epoch before it.
 
-:mod:`api.alerts` keeps the rules and the retained alerts and calls :func:`evaluate` once per ranked epoch;
+:mod:`pulsegraph.api.alerts` keeps the rules and the retained alerts and calls :func:`evaluate` once per ranked epoch;
 nothing here keeps state between calls, which is what makes an epoch's alerts a pure function of the two
-epochs and the rules (see :mod:`api.alerts` for the promise).
+epochs and the rules (see :mod:`pulsegraph.api.alerts` for the promise).
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from api.models import (
+from pulsegraph.api.models import (
     MAX_RANK,
     ComponentSizeRule,
     RankMoveRule,
     TopicPersistenceRule,
     TopKRule,
 )
-from api.queries import app_result
-from api.store import EpochView, ResultStore
-from compute.apps.components import ComponentsResult
-from compute.apps.exposure import TopicsResult
+from pulsegraph.api.queries import app_result
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.exposure import TopicsResult
 
 # Alerts one rule raises on one epoch, most notable first ("any vertex of the top 1000" can change
 # wholesale when a graph is young); past it they are counted as dropped, not listed.
@@ -35,7 +35,7 @@ class Rule:
     id: int
     since_epoch: int
     created_at: str
-    spec: Any  # one of api.models' rule kinds
+    spec: Any  # one of pulsegraph.api.models' rule kinds
 
     def body(self) -> dict:
         """The rule as the API answers it and the file keeps it (the spec with its defaults filled)."""

@@ -3,8 +3,8 @@
 Owns the rule set, kept durably in ``<data_dir>/alert-rules.json`` (written whole under a temporary
 name, fsynced, renamed, its folder fsynced: a rule acknowledged to a client survives a crash or a
 power cut), and the alerts the rules raise on each ranked epoch (the rule kinds and their evaluation are
-:mod:`api.alert_rules`). It reads the epochs from the
-:class:`~api.store.ResultStore` and calls no actor; it must not touch the result archive, the
+:mod:`pulsegraph.api.alert_rules`). It reads the epochs from the
+:class:`~pulsegraph.api.store.ResultStore` and calls no actor; it must not touch the result archive, the
 checkpoints or the epoch log.
 
 **The promise.** The alerts of a ranked epoch ``e`` are a pure function of ``e``, of the ranked epoch
@@ -35,13 +35,13 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from api.exceptions import AlertRulesError, Conflict, NotFound, Unavailable
-from api.models import (
+from pulsegraph.api.alert_rules import MAX_PER_EPOCH, EpochAlerts, Rule, evaluate
+from pulsegraph.api.exceptions import AlertRulesError, Conflict, NotFound, Unavailable
+from pulsegraph.api.models import (
     RuleSpec,
 )
-from api.alert_rules import MAX_PER_EPOCH, EpochAlerts, Rule, evaluate
-from api.store import EpochView, ResultStore, kept_json
-from ingest.eventlog import fsync_dir, open_durably
+from pulsegraph.api.store import EpochView, ResultStore, kept_json
+from pulsegraph.base.durable import fsync_dir, open_durably
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class AlertBook:
         return r.body()
 
     def add(self, spec: Any) -> dict:
-        """Keep a new rule (a validated api.models rule), durably, before it can apply to any epoch."""
+        """Keep a new rule (a validated pulsegraph.api.models rule), durably, before it can apply to any epoch."""
         with self._lock:
             if len(self._rules) >= MAX_RULES:
                 raise Conflict(

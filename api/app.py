@@ -7,7 +7,7 @@ event log, or a Kafka producer).
 
 Security: writes need the bearer token (compared in constant time; 401 without one, 403 with a wrong one)
 and are off (403) when none is configured, unless anonymous writes were asked for; reads are open unless
-``protect_reads`` (:class:`~api.deps.Auth`).
+``protect_reads`` (:class:`~pulsegraph.api.deps.Auth`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,17 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import compile_path
 from starlette.staticfiles import StaticFiles
 
-from api import queries
-from api.alerts import AlertBook
-from api.deps import JSON, Auth, Context, error, errors, require_read
-from api.edge import Edge, EdgeLimits
-from api.exceptions import ApiError
-from api.metrics import Metrics, TimingMiddleware
-from api.paths import DEFAULT_PATH_BFS_BUDGET
-from api.routes import (
+from pulsegraph.api import queries
+from pulsegraph.api.alerts import AlertBook
+from pulsegraph.api.deps import JSON, Auth, Context, error, errors, require_read
+from pulsegraph.api.edge import Edge, EdgeLimits
+from pulsegraph.api.exceptions import ApiError
+from pulsegraph.api.metrics import Metrics, TimingMiddleware
+from pulsegraph.api.paths import DEFAULT_PATH_BFS_BUDGET
+from pulsegraph.api.routes import (
     alerts as alert_routes,
+)
+from pulsegraph.api.routes import (
     components,
     epochs,
     events,
@@ -46,9 +48,9 @@ from api.routes import (
     trends,
     vertices,
 )
-from api.routes import status as status_routes
-from api.store import EpochView, ResultStore
-from api.stream import Broadcaster, sse_frame
+from pulsegraph.api.routes import status as status_routes
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.api.stream import Broadcaster, sse_frame
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ def create_app(
     ``events_sink`` receives each accepted batch of POSTed events as compact JSON
     records; ``event_transform`` (the pipeline's transform, ``bytes -> updates``,
     raising ``BadRecord``) validates each one first. ``limits``: the bounds of the
-    server's edge (``app.state.edge``, which :func:`api.edge.server_config` serves
+    server's edge (``app.state.edge``, which :func:`pulsegraph.api.edge.server_config` serves
     with), of the event streams and of concurrent writes.
     """
     limits = limits or EdgeLimits()
@@ -116,7 +118,7 @@ def create_app(
         version="0.1.0",
         default_response_class=JSON,
         lifespan=lifespan,
-        docs_url=None,  # api.routes.pages serves them, from the package
+        docs_url=None,  # pulsegraph.api.routes.pages serves them, from the package
         redoc_url=None,
         openapi_url=pages.OPENAPI_URL,
         description="Ranks of a streaming graph, per committed epoch. Errors are `{\"error\": {\"code\", \"message\"}}`.",

@@ -6,10 +6,10 @@ without fsync (losing the newest few to a power cut costs history, never
 correctness); the newest ``retain`` are kept. It never touches the checkpoints
 or the epoch log.
 
-A file holds the epoch's :class:`~compute.results.EpochResult` without its bulk
+A file holds the epoch's :class:`~pulsegraph.compute.results.EpochResult` without its bulk
 (no edge changes, none of the per-vertex application arrays that the store keeps
-as undo records: each result's ``PER_VERTEX`` fields, :class:`~compute.apps.base.AppResult`), the ranks the API computed for it, and
-the graph view's undo record of the epoch (:mod:`api.graph`: the slots it changed
+as undo records: each result's ``PER_VERTEX`` fields, :class:`~pulsegraph.compute.apps.base.AppResult`), the ranks the API computed for it, and
+the graph view's undo record of the epoch (:mod:`pulsegraph.api.graph`: the slots it changed
 and their state before), so that a cold epoch's undo record is read from the file
 too.
 Its arrays are stored raw and 64-byte aligned after a small pickled header, so a
@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from compute.apps.base import AppResult
-from compute.apps.runner import typed_results
-from compute.results import EpochResult
-from pulsegraph.errors import PulsegraphError
+from pulsegraph.base.errors import PulsegraphError
+from pulsegraph.compute.apps.base import AppResult
+from pulsegraph.compute.apps.runner import typed_results
+from pulsegraph.compute.results import EpochResult
 
 log = logging.getLogger(__name__)
 

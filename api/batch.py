@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from api.exceptions import ApiError, PayloadTooLarge, Unprocessable
+from pulsegraph.api.exceptions import ApiError, PayloadTooLarge, Unprocessable
 
 # One request is at most this many events and bytes (issue 5).
 MAX_EVENTS = 10_000

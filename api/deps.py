@@ -18,14 +18,14 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.alerts import AlertBook
-from api.edge import Edge, EdgeLimits
-from api.exceptions import Forbidden, Unauthorized
-from api.metrics import Metrics
-from api.models import ALGORITHMS, Algorithm, Error
-from api.paths import DEFAULT_PATH_BFS_BUDGET
-from api.store import ResultStore
-from api.stream import Broadcaster
+from pulsegraph.api.alerts import AlertBook
+from pulsegraph.api.edge import Edge, EdgeLimits
+from pulsegraph.api.exceptions import Forbidden, Unauthorized
+from pulsegraph.api.metrics import Metrics
+from pulsegraph.api.models import ALGORITHMS, Algorithm, Error
+from pulsegraph.api.paths import DEFAULT_PATH_BFS_BUDGET
+from pulsegraph.api.store import ResultStore
+from pulsegraph.api.stream import Broadcaster
 
 MAX_ID_BYTES = 256
 
@@ -92,7 +92,7 @@ class Auth:
 
 @dataclass
 class Context:
-    """Everything the routes of one app read: built once by :func:`api.app.create_app`, kept in ``app.state.ctx``."""
+    """Everything the routes of one app read: built once by :func:`pulsegraph.api.app.create_app`, kept in ``app.state.ctx``."""
 
     store: ResultStore
     auth: Auth

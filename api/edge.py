@@ -311,7 +311,7 @@ class Edge:
 
 
 def server_config(app: Any, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
-    """uvicorn's config for ``app`` (made by :func:`api.app.create_app`), with the edge's protocol and bounds."""
+    """uvicorn's config for ``app`` (made by :func:`pulsegraph.api.app.create_app`), with the edge's protocol and bounds."""
     edge: Edge = app.state.edge
     return uvicorn.Config(
         app, host=host, port=port, http=edge.protocol(),

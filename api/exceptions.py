@@ -1,6 +1,6 @@
 """Errors of the API stage; each knows the HTTP status and the code it answers with."""
 
-from pulsegraph.errors import PulsegraphError
+from pulsegraph.base.errors import PulsegraphError
 
 
 class ApiError(PulsegraphError):

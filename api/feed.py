@@ -1,7 +1,7 @@
 """The feed: a thread that pulls new epoch results from the compute actor into the store.
 
 One actor call per poll, not per request: the API answers from the store (which
-archives each new epoch itself). With a :class:`~api.archive.ResultArchive` to
+archives each new epoch itself). With a :class:`~pulsegraph.api.archive.ResultArchive` to
 resume from, on its first poll after a start it puts the archived epochs from
 before the restart in front of the live ones (the archive decides whether they
 belong).
@@ -23,9 +23,9 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from api.archive import ResultArchive
-from api.store import EpochView, ResultStore
-from ingest.runtime import HeapTrimmer
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.base.runtime import HeapTrimmer
 
 log = logging.getLogger(__name__)
 

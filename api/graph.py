@@ -1,6 +1,6 @@
 """The API process's own copy of the graph, kept from each epoch's edge changes, for neighbors as of any retained epoch.
 
-Owns nothing but what :attr:`compute.results.EpochResult.edge_changes` carries:
+Owns nothing but what :attr:`pulsegraph.compute.results.EpochResult.edge_changes` carries:
 edges in global vertex ids with their new *absolute* multiplicity and
 fixed-point weight, so applying an epoch twice is harmless. It never calls an
 actor and never reaches into the compute stage's internals.
@@ -15,11 +15,11 @@ Layout (all NumPy, no Python object per edge):
   adjacency) and the next new edge takes it. So the slots follow the live
   edges plus what changed within the retention, not every edge ever seen.
   Per slot: ``src``, ``dst`` (int32), ``etype`` (int16), ``mult`` (int32 until a
-  multiplicity needs int64: :mod:`snapshots.growable`), ``weight`` (int64): the
+  multiplicity needs int64: :mod:`pulsegraph.snapshots.growable`), ``weight`` (int64): the
   state as of the newest applied epoch, and the last epoch that changed it
   (int32: 68 years of an epoch a second). 26 bytes per edge.
 * **Key index.** The edge key packed into one uint64 (src 26 bits, dst 26 bits,
-  type 12 bits) with its slot, in a :class:`~ingest.keyindex.KeyIndex`: a batch
+  type 12 bits) with its slot, in a :class:`~pulsegraph.base.keyindex.KeyIndex`: a batch
   of changes finds its slots with a ``searchsorted`` per run, and the new and
   freed edges cost what they are, not a copy of the index (which, as one sorted
   array, made every epoch's work and transient memory grow with the graph).
@@ -49,11 +49,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from api.exceptions import NotFound
-from compute.graph import EdgeChanges
-from ingest.keyindex import KeyIndex
-from pulsegraph.errors import PulsegraphError
-from snapshots.growable import Column
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.base.errors import PulsegraphError
+from pulsegraph.base.keyindex import KeyIndex
+from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ class GraphHistory:
         return max(self._first, self._undo[0].epoch - 1) if self._undo else self._first
 
     def require(self, epoch: int) -> None:
-        """Raise :class:`~api.exceptions.NotFound` for an epoch older than this view keeps (one served
+        """Raise :class:`~pulsegraph.api.exceptions.NotFound` for an epoch older than this view keeps (one served
         from the result archive after a restart), rather than answer with a later graph."""
         with self._lock:
             self._require(epoch)

@@ -1,9 +1,9 @@
 """Per-vertex arrays of the applications (component labels, landmark distances) as of any retained epoch.
 
 Each epoch brings a whole ``rows x n`` array, or a patch of the one before
-(:class:`~compute.apps.base.Patch`: the entries that changed, written in place);
+(:class:`~pulsegraph.compute.apps.base.Patch`: the entries that changed, written in place);
 keeping one per retained epoch would cost ``rows * n`` per epoch. Like
-:class:`~api.graph.GraphHistory`, this keeps the newest array whole and, per
+:class:`~pulsegraph.api.graph.GraphHistory`, this keeps the newest array whole and, per
 retained epoch, an undo record: the entries that epoch changed and their values
 before it, and the width (vertex count) before it (or the whole previous array
 when its row count changed, e.g. landmarks re-chosen while the graph is young).
@@ -25,9 +25,9 @@ import threading
 
 import numpy as np
 
-from compute.apps.base import PATCH_COL_BITS as _COL_BITS
-from compute.apps.base import PATCH_COL_MASK as _COL_MASK
-from compute.apps.base import Patch
+from pulsegraph.compute.apps.base import PATCH_COL_BITS as _COL_BITS
+from pulsegraph.compute.apps.base import PATCH_COL_MASK as _COL_MASK
+from pulsegraph.compute.apps.base import Patch
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ArrayHistory:
         self._lock = threading.Lock()
 
     def push(self, epoch: int, array: np.ndarray | Patch) -> bool:
-        """Keep ``array`` as of ``epoch``: the whole array, or a :class:`~compute.apps.base.Patch` of the
+        """Keep ``array`` as of ``epoch``: the whole array, or a :class:`~pulsegraph.compute.apps.base.Patch` of the
         newest one kept. False when a patch does not apply (it patches an epoch this history missed):
         nothing from ``epoch`` on is known then until a whole array comes, which the caller asks for."""
         with self._lock:

@@ -12,11 +12,17 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from api.store import EpochView, ResultStore
-from api.stream import Broadcaster
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.api.stream import Broadcaster
 
 # Epoch commit and compute times run from ~1 ms (tiny epochs) to seconds (a big graph on the CPU).
 EPOCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Union, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-# The rankings the compute stage publishes (compute.engine.RankEngine); a test keeps the two in step.
+# The rankings the compute stage publishes (pulsegraph.compute.engine.RankEngine); a test keeps the two in step.
 Algorithm = Literal["pagerank", "tunkrank"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 
@@ -243,7 +243,7 @@ class Error(BaseModel):
 # is never refused, one it forbids is a 422 with the error body. A vertex or topic that does not exist
 # (yet) is allowed: the rule fires once it does.
 MAX_NAME = 256  # as the ingest's ids (characters here: a longer UTF-8 id simply never matches)
-MAX_RANK = 1000  # the top of each ranking the store keeps per epoch (api.store.TOP_CACHE)
+MAX_RANK = 1000  # the top of each ranking the store keeps per epoch (pulsegraph.api.store.TOP_CACHE)
 MAX_COUNT = 2**31 - 1
 Direction = Literal["up", "down", "both"]
 

@@ -1,6 +1,6 @@
-"""The API's copy of the compute stage's vertex names: what a :class:`~compute.ids.NameChanges` makes of it.
+"""The API's copy of the compute stage's vertex names: what a :class:`~pulsegraph.compute.ids.NameChanges` makes of it.
 
-:class:`~api.store.ResultStore` keeps the names by id, the index by name and the
+:class:`~pulsegraph.api.store.ResultStore` keeps the names by id, the index by name and the
 sorted list of indexed names; with a window, ids are given back and reused, so a
 pull may rename ids it already has. :func:`names_update` works the change out
 outside the store's lock, exactly as writing the renames one by one would; the
@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from compute.ids import NameChanges
+from pulsegraph.compute.ids import NameChanges
 
 # The names indexed since the last rebuild are merged into the base once they pass this share of
 # it (and at least REBUILD_MIN): amortized, a name is copied 1 / REBUILD_SHARE times over its life.
@@ -72,7 +72,7 @@ def _holds(run: list[str], name: str) -> bool:
 
 @dataclass
 class NamesUpdate:
-    """A :class:`~compute.ids.NameChanges` worked out against the store's names (outside its lock):
+    """A :class:`~pulsegraph.compute.ids.NameChanges` worked out against the store's names (outside its lock):
     what to swap in under it. ``names``/``full_index`` replace the list and the index whole (the change
     started at id 0); else ``writes`` (id -> name) patch ids the list has, ``tail`` extends it, and
     ``index`` says each touched name's id now (None: not indexed any more). ``sorted_names`` is the

@@ -1,7 +1,7 @@
 """``/v1/paths``: the landmark estimate of a distance, its path, and a budgeted bidirectional BFS that confirms it.
 
-Reads only the store: landmark distances as of the epoch (:class:`~api.history.ArrayHistory`)
-and the graph as of the epoch (:class:`~api.graph.GraphHistory`), so an answer
+Reads only the store: landmark distances as of the epoch (:class:`~pulsegraph.api.history.ArrayHistory`)
+and the graph as of the epoch (:class:`~pulsegraph.api.graph.GraphHistory`), so an answer
 is about one epoch throughout.
 """
 
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from api.queries import app_result
-from api.store import EpochView, ResultStore
-from compute.apps.landmarks import UNREACHABLE, LandmarksResult, descend, estimate
+from pulsegraph.api.queries import app_result
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.compute.apps.landmarks import (
+    UNREACHABLE,
+    LandmarksResult,
+    descend,
+    estimate,
+)
 
 # How many vertices the confirming BFS may expand when the server is not told otherwise: each is one
 # neighbors lookup (~10 us), so the worst case stays around 20 ms per request.

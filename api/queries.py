@@ -2,7 +2,7 @@
 
 Owns the answers' numbers (ranks, movers, trends, neighbor order, usage points); knows nothing of HTTP
 beyond raising the API's errors for what is not there. Everything is read from the
-:class:`~api.store.ResultStore` in memory (or its memory-mapped archive): no actor is called.
+:class:`~pulsegraph.api.store.ResultStore` in memory (or its memory-mapped archive): no actor is called.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from api.exceptions import ApiError, NotFound
-from api.store import EpochView, ResultStore, held_in_both, mover_items
-from compute.apps.base import AppResult
-from compute.apps.components import ComponentsResult
-from compute.apps.exposure import TopicsResult
-from compute.apps.runner import RESULT_TYPES
-from compute.apps.trends import TrendsResult
-from ingest.events import WEIGHT_SCALE
+from pulsegraph.api.exceptions import ApiError, NotFound
+from pulsegraph.api.store import EpochView, ResultStore, held_in_both, mover_items
+from pulsegraph.compute.apps.base import AppResult
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.exposure import TopicsResult
+from pulsegraph.compute.apps.runner import RESULT_TYPES
+from pulsegraph.compute.apps.trends import TrendsResult
+from pulsegraph.ingest.events import WEIGHT_SCALE
 
 
 def view_with(store: ResultStore, epoch: int | None, algo: str | None = None) -> EpochView:

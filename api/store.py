@@ -6,11 +6,11 @@ score arrays and, computed once when the epoch arrives, every vertex's rank per
 algorithm (ties broken by vertex id), so history and movers are lookups. Hot
 answers (the epoch object, the top of a ranking) are encoded to JSON once per
 epoch. The graph itself, for neighbors as of any retained epoch, is kept from
-the epochs' edge changes in :class:`~api.graph.GraphHistory`. Where a window
+the epochs' edge changes in :class:`~pulsegraph.api.graph.GraphHistory`. Where a window
 reuses vertex ids, the names follow the compute stage's renames and no epoch
 whose watermark is ``reuse_after`` or more below the newest one's is kept.
 
-With a :class:`~api.archive.ResultArchive`, each new epoch is written to it,
+With a :class:`~pulsegraph.api.archive.ResultArchive`, each new epoch is written to it,
 and every epoch but the newest :data:`HOT_EPOCHS` is served from its file,
 memory-mapped: the per-vertex arrays of 120 retained epochs would otherwise
 cost ~32 bytes per vertex each. So are the undo records of each cold epoch: the
@@ -33,14 +33,14 @@ from typing import Callable
 import numpy as np
 import orjson
 
-from api.archive import ResultArchive
-from api.exceptions import NotFound
-from api.graph import GraphHistory
-from api.history import ArrayHistory
-from api.names import NamesUpdate, SortedNames, names_update
-from compute.apps.base import AppResult
-from compute.ids import NameChanges
-from compute.results import EpochResult
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.graph import GraphHistory
+from pulsegraph.api.history import ArrayHistory
+from pulsegraph.api.names import NamesUpdate, SortedNames, names_update
+from pulsegraph.compute.apps.base import AppResult
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class ResultStore:
         self.index: dict[str, int] = {}
         self.types: list[str] = []
         self.graph = GraphHistory(retain)
-        # The applications' per-vertex arrays (compute.apps), kept as undo records like the graph.
+        # The applications' per-vertex arrays (pulsegraph.compute.apps), kept as undo records like the graph.
         self.components = ArrayHistory(retain, fill=-1)
         self.landmarks_to = ArrayHistory(retain, fill=65535)
         self.landmarks_from = ArrayHistory(retain, fill=65535)

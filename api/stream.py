@@ -10,7 +10,7 @@ all but ``2 * reserve``, the dashboard page's own streams (a browser's
 ``Sec-Fetch-Site: same-origin``) all but ``reserve``, authenticated clients
 every one. So idle anonymous clients cannot shut out the page or an operator.
 A client that stops reading is ended by the server's edge once its socket
-stops taking bytes (``api.edge``: send stalls).
+stops taking bytes (``pulsegraph.api.edge``: send stalls).
 """
 
 from __future__ import annotations

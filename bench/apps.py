@@ -23,15 +23,15 @@ import numpy as np
 
 from bench.index import measure
 from bench.machine import describe as machine
-from compute.apps import exposure
-from compute.apps.base import AppGraph, csr_pairs
-from compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
-from compute.apps.runner import Applications
-from compute.graph import EdgeChanges, GlobalGraph
-from ingest.batch import Router
-from ingest.sources import SourceSpec, open_partitions
-from ingest.transforms import get_transform
-from snapshots.store import ShardStore
+from pulsegraph.compute.apps import exposure
+from pulsegraph.compute.apps.base import AppGraph, csr_pairs
+from pulsegraph.compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
+from pulsegraph.compute.apps.runner import Applications
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.sources import SourceSpec, open_partitions
+from pulsegraph.ingest.transforms import get_transform
+from pulsegraph.snapshots.store import ShardStore
 
 
 def filled_shards(tweets: int, shards: int, users: int, hashtags: int) -> list[ShardStore]:

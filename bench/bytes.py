@@ -56,11 +56,11 @@ def breakdown(name: str, obj, seen: set[int]) -> list[tuple[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from api.archive import ResultArchive
-    from api.store import ResultStore
     from bench.replay import sealed_epochs
-    from compute.apps.runner import AppConfig
-    from compute.stage import ComputeStage, SealedEpoch
+    from pulsegraph.api.archive import ResultArchive
+    from pulsegraph.api.store import ResultStore
+    from pulsegraph.compute.apps.runner import AppConfig
+    from pulsegraph.compute.stage import ComputeStage, SealedEpoch
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += breakdown(f"shard{i}", s, set())
     seen: set[int] = set()
     rows += breakdown("compute", stage.graph, seen)
-    rows += breakdown("compute.engine", stage.engine, seen)
-    rows += breakdown("compute.apps", stage.apps, seen)
+    rows += breakdown("pulsegraph.compute.engine", stage.engine, seen)
+    rows += breakdown("pulsegraph.compute.apps", stage.apps, seen)
     rows += breakdown("api", api, set())
     print(f"# {machine()}; {args.events:,} events in {built:.0f} s: {edges:,} live edges, {vertices:,} vertices, "
           f"{args.shards} shards, retain {args.retain}")

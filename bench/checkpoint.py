@@ -1,6 +1,6 @@
 """What a shard's checkpoint costs: the time to write it and the memory it takes above the shard's own.
 
-Fills one shard (:class:`snapshots.store.ShardStore`) with ``--tweets`` synthetic tweets (the growing
+Fills one shard (:class:`pulsegraph.snapshots.store.ShardStore`) with ``--tweets`` synthetic tweets (the growing
 stream: ``--users``, ``--hashtags``), applies them as one epoch, then writes ``--repeat`` checkpoints
 of it as the shard actor does (``CheckpointStore.write_shard(epoch, shard, store.state())``) into a
 temporary folder, and reports the median seconds and the largest transient memory of one (tracemalloc's
@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.apps import filled_shards
 from bench.index import measure
 from bench.machine import describe
-from snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.checkpoint import CheckpointStore
 
 
 def main() -> int:

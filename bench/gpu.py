@@ -1,6 +1,6 @@
 """The ranking engine on a GPU against NumPy, and at scale: the half of ``bench/gpu_check.sh`` that is ours alone.
 
-Needs only Python with CuPy, NumPy and SciPy (it imports compute.backend/resident/engine/pagerank/
+Needs only Python with CuPy, NumPy and SciPy (it imports pulsegraph.compute.backend/resident/engine/pagerank/
 tunkrank and nothing of Ray, FastAPI or the wiring), so it runs on a bare GPU machine.
 
 1. correctness: CuPy against NumPy on a 1M-edge R-MAT graph, from scratch and over incremental
@@ -28,10 +28,10 @@ import traceback
 
 import numpy as np
 
-from compute.backend import Backend, get_backend, numpy_backend
-from compute.engine import RankConfig, RankEngine
-from compute.pagerank import PageRank
-from compute.resident import ResidentGraph
+from pulsegraph.compute.backend import Backend, get_backend, numpy_backend
+from pulsegraph.compute.engine import RankConfig, RankEngine
+from pulsegraph.compute.pagerank import PageRank
+from pulsegraph.compute.resident import ResidentGraph
 
 A, B, C = 0.57, 0.19, 0.19  # Graph500 R-MAT
 

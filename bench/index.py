@@ -1,5 +1,5 @@
 """What an epoch's edge changes cost the two edge indexes as the graph grows: the API's graph view
-(:class:`api.graph.GraphHistory`) and a shard's edge table (:class:`snapshots.edges.EdgeTable`).
+(:class:`pulsegraph.api.graph.GraphHistory`) and a shard's edge table (:class:`pulsegraph.snapshots.edges.EdgeTable`).
 
 Each is filled with ``--edges`` random edges, then takes ``--epochs`` epochs of ``--changes`` changes:
 half new edges, half old ones ended (in the graph view; released in the edge table, as a window
@@ -18,11 +18,11 @@ import tracemalloc
 
 import numpy as np
 
-from api.graph import GraphHistory
 from bench.machine import describe
-from compute.graph import EdgeChanges
-from ingest.arrays import unique
-from snapshots.edges import EdgeTable
+from pulsegraph.api.graph import GraphHistory
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.snapshots.edges import EdgeTable
 
 VERTICES = 3_000_000
 FILL_BATCH = 1_000_000

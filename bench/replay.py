@@ -5,7 +5,7 @@ snapshot code in one process (transform, router, shard stores, the epoch cut:
 what the actors run, without the actors) and saves every epoch's shard deltas,
 exactly as the compute actor receives them, compressed, to one file.
 
-``replay`` feeds them to :class:`~compute.stage.ComputeStage` (the engine and
+``replay`` feeds them to :class:`~pulsegraph.compute.stage.ComputeStage` (the engine and
 the applications, as the actor calls them) and prints per-epoch times by part
 and the process's memory; with ``--against`` it runs a second backend beside the
 first and checks every epoch's results against it within the stated tolerance.
@@ -42,11 +42,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe as machine
-from compute.apps.runner import AppConfig
-from compute.engine import RankConfig
-from compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.apps.runner import AppConfig
+from pulsegraph.compute.engine import RankConfig
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
 from pulsegraph.settings import Settings, parse_duration
-from snapshots.epoch import EpochInfo
+from pulsegraph.snapshots.epoch import EpochInfo
 
 
 def rss_mb() -> float:
@@ -63,10 +63,10 @@ def sealed_epochs(events: int, per_epoch: int, users: int, hashtags: int, partit
     (transform, router, shard stores, the epoch cut): yields ``(info, deltas, stores)`` epoch by epoch,
     the deltas as the compute actor receives them. With ``window`` (seconds of event time) the shards
     expire it and each epoch carries its watermark, as the coordinator cuts them."""
-    from ingest.batch import Router
-    from ingest.sources import SourceSpec, open_partitions
-    from ingest.transforms import Event, get_transform
-    from snapshots.store import ShardStore
+    from pulsegraph.ingest.batch import Router
+    from pulsegraph.ingest.sources import SourceSpec, open_partitions
+    from pulsegraph.ingest.transforms import Event, get_transform
+    from pulsegraph.snapshots.store import ShardStore
 
     spec = SourceSpec(kind="synthetic", partitions=partitions, rate=None, seed=seed, users=users, hashtags=hashtags)
     names = spec.partition_names()

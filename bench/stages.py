@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(epochs: int) -> str:
-    from ingest.batch import Router
-    from ingest.sources import SourceSpec, open_partitions
-    from ingest.transforms import Event, get_transform
-    from snapshots.store import ShardStore
+    from pulsegraph.ingest.batch import Router
+    from pulsegraph.ingest.sources import SourceSpec, open_partitions
+    from pulsegraph.ingest.transforms import Event, get_transform
+    from pulsegraph.snapshots.store import ShardStore
 
     clock = time.thread_time
     spec = SourceSpec(kind="synthetic", partitions=4, rate=None, seed=7, users=3_000_000, hashtags=100_000)

@@ -12,16 +12,16 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
     .venv/bin/python -m bench.structures shard-store --ref b986fd8
 
-* ``rowtable``: :class:`compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
+* ``rowtable``: :class:`pulsegraph.compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
   compaction; bytes per live entry.
-* ``api-names``: :func:`api.names.names_update` on 3 M names, five epochs of 20 k new names each.
-* ``compute-names``: :class:`compute.ids.NameIndex` against a dict over 3 M names: bytes per name
+* ``api-names``: :func:`pulsegraph.api.names.names_update` on 3 M names, five epochs of 20 k new names each.
+* ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
   (traced), 60 batches of 50 k names put, a lookup of 51 k names.
-* ``compaction``: :meth:`compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
-* ``shard-store``: a shard's :class:`snapshots.store.ShardStore` taking the growing stream's rounds and
+* ``compaction``: :meth:`pulsegraph.compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
+* ``shard-store``: a shard's :class:`pulsegraph.snapshots.store.ShardStore` taking the growing stream's rounds and
   cutting an epoch every 48 k events (40 epochs, one shard): receive and apply time per epoch.
-* ``shard-names``: a shard's :class:`snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
+* ``shard-names``: a shard's :class:`pulsegraph.snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
   1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
 
@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def module_at(rev: str | None, path: str):
     """The module at ``path`` (repo-relative) as it is now (``rev`` None) or as it was at ``rev``."""
     name = path.removesuffix(".py").replace("/", ".")
+    if name.split(".")[0] in ("ingest", "snapshots", "compute", "api"):  # a stage's folder is pulsegraph.<stage>
+        name = "pulsegraph." + name
     if rev is None:
         return importlib.import_module(name)
     src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -89,7 +91,7 @@ def rowtable(mod) -> str:
 
 
 def api_names(mod) -> str:
-    from compute.ids import NameChanges
+    from pulsegraph.compute.ids import NameChanges
 
     n, k = 3_000_000, 20_000
     names = [f"u{i}" for i in range(n)]
@@ -132,7 +134,7 @@ def compute_names(mod) -> str:
 
 
 def shard_names(mod) -> str:
-    """A shard's :class:`snapshots.interner.Interner` as receive uses it: rounds of 20 k names, most of them
+    """A shard's :class:`pulsegraph.snapshots.interner.Interner` as receive uses it: rounds of 20 k names, most of them
     seen before (a user tweets again, hubs are mentioned over and over), growing to ~1.5 M names. Timed in
     one pass, sized (traced) in a second: tracing slows every allocation."""
     users = [f"u{i}" for i in np.random.default_rng(0).permutation(3_000_000).tolist()]
@@ -175,9 +177,9 @@ def shard_store(mod) -> str:
     a partition, as ``--batch-size``) routed to one shard, cut every 48 k events, up to ~2.5 M edges."""
     global _SHARD_ROUNDS
     if "_SHARD_ROUNDS" not in globals():
-        from ingest.batch import Router
-        from ingest.sources import SourceSpec, open_partitions
-        from ingest.transforms import Event, get_transform
+        from pulsegraph.ingest.batch import Router
+        from pulsegraph.ingest.sources import SourceSpec, open_partitions
+        from pulsegraph.ingest.transforms import Event, get_transform
 
         spec = SourceSpec(kind="synthetic", partitions=4, rate=None, seed=7, users=3_000_000, hashtags=100_000)
         names = spec.partition_names()

@@ -1,6 +1,6 @@
 """A pull sweep ``A^T v`` on the host: a by-destination CSR's gather against SciPy's transpose of the by-source one.
 
-The ranked graph (:mod:`compute.resident`) keeps only the by-source CSR on the host and sweeps
+The ranked graph (:mod:`pulsegraph.compute.resident`) keeps only the by-source CSR on the host and sweeps
 with its transpose (a scatter into the destinations). This measures both, side by side in one
 process, on a graph of the 10-minute soak's size: sources uniform, destinations heavy-tailed as
 mentions are, or uniform too (``--uniform``).

@@ -22,9 +22,9 @@ import time
 import numpy as np
 
 from bench.machine import describe
-from ingest.batch import Router
-from ingest.events import EdgeUpdate
-from snapshots.store import ShardStore
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import EdgeUpdate
+from pulsegraph.snapshots.store import ShardStore
 
 
 def stream(epochs: int, per_epoch: int, vertices: int, seed: int):

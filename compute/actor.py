@@ -1,4 +1,4 @@
-"""The compute actor: Ray's wrapper around :class:`~compute.stage.ComputeStage`.
+"""The compute actor: Ray's wrapper around :class:`~pulsegraph.compute.stage.ComputeStage`.
 
 It receives sealed epochs in order from the coordinator (``apply_epochs``: one
 or several at once; several are ranked once, as the newest), and keeps the
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import ray
 
-from compute.apps.runner import AppConfig
-from compute.engine import RankConfig
-from compute.ids import NameChanges
-from compute.results import EpochResult
-from compute.stage import ComputeStage, SealedEpoch
-from ingest.runtime import HeapTrimmer, configure_logging
-from snapshots.checkpoint import CheckpointStore, dumps, loads, read_verified
-from snapshots.epoch import EpochInfo
+from pulsegraph.base.runtime import HeapTrimmer, configure_logging
+from pulsegraph.compute.apps.runner import AppConfig
+from pulsegraph.compute.engine import RankConfig
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, loads, read_verified
+from pulsegraph.snapshots.epoch import EpochInfo
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from compute.exceptions import BackendUnavailable
+from pulsegraph.compute.exceptions import BackendUnavailable
 
 log = logging.getLogger(__name__)
 

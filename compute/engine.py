@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from compute.backend import Backend, get_backend
-from compute.incremental import SolveStats
-from compute.pagerank import DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, PageRank
-from compute.resident import ResidentGraph
-from compute.tunkrank import DEFAULT_P, TunkRank
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.backend import Backend, get_backend
+from pulsegraph.compute.incremental import SolveStats
+from pulsegraph.compute.pagerank import DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, PageRank
+from pulsegraph.compute.resident import ResidentGraph
+from pulsegraph.compute.tunkrank import DEFAULT_P, TunkRank
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class RankEngine:
 
         Window mode: ``present`` is the host mask of the vertices in the snapshot (only its entries for
         new vertices and for ``flips``, the older vertices whose presence changed, are read), and the
-        rankings are those of the present subgraph (see :mod:`compute.incremental`)."""
+        rankings are those of the present subgraph (see :mod:`pulsegraph.compute.incremental`)."""
         be = self.be
         t0 = time.perf_counter()
         src = np.asarray(src, dtype=np.int64)

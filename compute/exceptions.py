@@ -1,6 +1,6 @@
 """Errors of the compute stage."""
 
-from pulsegraph.errors import PulsegraphError
+from pulsegraph.base.errors import PulsegraphError
 
 
 class ComputeError(PulsegraphError):

@@ -1,6 +1,6 @@
 """The compute stage's whole-graph view, merged from the shards' epoch deltas.
 
-Owns the global vertex ids (:class:`compute.ids.VertexIds`: epoch by epoch, the
+Owns the global vertex ids (:class:`pulsegraph.compute.ids.VertexIds`: epoch by epoch, the
 vertices an epoch adds in name order, so independent of the shard count and the
 batching) and one column set per shard indexed by the shard's edge slot, so a delta is
 applied with a few scatter writes and no search. It builds the CSR matrices the
@@ -18,7 +18,7 @@ are in the snapshot (a live edge, or attributes written inside the window),
 from the vertices each merge touched, never from a scan.
 With a window, an id that no shard has held for ``reuse_after`` seconds of event
 time (the watermark the deltas carry) is given back and reused (see
-:mod:`compute.ids`); the merge keeps which shards hold each.
+:mod:`pulsegraph.compute.ids`); the merge keeps which shards hold each.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from compute.ids import NameChanges, NameIndex, VertexIds
-from ingest.arrays import add_at, unique
-from snapshots.attrs import NULL, AttrTable, encoded
-from snapshots.delta import EpochDelta, weight_of
-from snapshots.growable import Column
+from pulsegraph.base.arrays import add_at, unique
+from pulsegraph.compute.ids import NameChanges, NameIndex, VertexIds
+from pulsegraph.snapshots.attrs import NULL, AttrTable, encoded
+from pulsegraph.snapshots.delta import EpochDelta, weight_of
+from pulsegraph.snapshots.growable import Column
 
 # The settings field the graph reads (``reuse_after``), as the wiring sends it to the compute actor.
 GRAPH_SETTINGS = ("id_reuse_after",)
@@ -277,7 +277,7 @@ class GlobalGraph:
             gids = se.local_to_global.view[delta.attr_ids]
             raws = encoded(delta.attrs)  # a shard sends bytes; a hand-made delta may not
             self.attrs.put_many(gids.tolist(), raws)
-            # snapshots.attrs.has_attrs of each (none is None here), per item in C: every tweet rewrites its
+            # pulsegraph.snapshots.attrs.has_attrs of each (none is None here), per item in C: every tweet rewrites its
             # author, so this runs ~50 k times an epoch.
             self._has_attrs.view[gids] = np.fromiter(map(NULL.__ne__, raws), dtype=bool, count=len(raws))
             self._attr_touched.append(gids)

@@ -18,7 +18,7 @@ service is busiest). The id space follows the window instead of every vertex
 ever seen. To every algorithm a reused id is a vertex that was absent and came
 back. :meth:`VertexIds.name_changes` tells a consumer what the names did; it must
 keep no epoch whose watermark is H or more below the newest one's
-(:attr:`compute.results.EpochResult.reuse_after`).
+(:attr:`pulsegraph.compute.results.EpochResult.reuse_after`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from typing import Callable
 import msgspec
 import numpy as np
 
-from ingest.arrays import add_at, unique
-from snapshots.growable import Column
-from snapshots.nametable import HashIndex
+from pulsegraph.base.arrays import add_at, unique
+from pulsegraph.snapshots.growable import Column
+from pulsegraph.snapshots.nametable import HashIndex
 
 
 class NameIndex:
     """Name -> id of the names in ``names`` (the list of names by id it indexes, shared, not copied).
 
-    A :class:`~snapshots.nametable.HashIndex` of the names' 64-bit hashes (13 bytes a name, as the
+    A :class:`~pulsegraph.snapshots.nametable.HashIndex` of the names' 64-bit hashes (13 bytes a name, as the
     shards keep theirs) in place of a dict (~70: its table, its entry and an int object per id), each
     candidate checked against ``names``; a clash costs a dict entry, never a wrong id. The mapping
     methods serve single names; :meth:`lookup` and :meth:`put` do a batch at array speed."""

@@ -1,6 +1,6 @@
 """The incremental solver both rankings share: ``(I - alpha P^T) y = b`` kept solved across epochs.
 
-``P = D^-1 A`` is the row-normalised adjacency of a :class:`~compute.resident.ResidentGraph`,
+``P = D^-1 A`` is the row-normalised adjacency of a :class:`~pulsegraph.compute.resident.ResidentGraph`,
 with all-zero rows for dangling vertices (so ``P`` is substochastic and nothing
 dense appears in the system). The right-hand side ``b`` is 1 for every vertex
 in the snapshot and 0 for the others: all ones outside window mode (then ``b``
@@ -15,7 +15,7 @@ left the window (no live edge, no attributes). Both rankings are this one solve:
   spread over the present vertices only): an absent vertex has no edge, so
   nothing flows into it, and its ``y`` is exactly 0.
 * TunkRank with retweet probability ``p`` is ``(y - b) / p`` for ``alpha = p``
-  (see :mod:`compute.tunkrank`).
+  (see :mod:`pulsegraph.compute.tunkrank`).
 
 The solver keeps ``y`` and its residual ``r = b + alpha P^T y - y`` on the device.
 A vertex entering or leaving the snapshot changes ``b`` there by ``+-1``, and ``r``
@@ -53,7 +53,7 @@ that into its own L1 bound (``target``). A Krylov method's recurrence residual d
 the true one in floating point, so a Krylov solve stops only on the *true* residual
 ``b + alpha P^T y - y``, recomputed (one more sweep) when the recurrence says it is
 done: the bound stays proven. Running out of rounds raises
-:class:`~compute.exceptions.PowerIterationFailedConvergence`.
+:class:`~pulsegraph.compute.exceptions.PowerIterationFailedConvergence`.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compute.exceptions import PowerIterationFailedConvergence
-from compute.resident import ResidentGraph
+from pulsegraph.compute.exceptions import PowerIterationFailedConvergence
+from pulsegraph.compute.resident import ResidentGraph
 
 log = logging.getLogger(__name__)
 

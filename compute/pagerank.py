@@ -1,8 +1,8 @@
 """PageRank: weighted, damping 0.85, dangling mass spread uniformly, uniform teleport.
 
 Owns the algorithm: :class:`PageRank` keeps its solution on a
-:class:`~compute.resident.ResidentGraph` and updates it each epoch (see
-:mod:`compute.incremental` for the two methods); :func:`pagerank` is the one-shot
+:class:`~pulsegraph.compute.resident.ResidentGraph` and updates it each epoch (see
+:mod:`pulsegraph.compute.incremental` for the two methods); :func:`pagerank` is the one-shot
 form on a SciPy CSR ``A[src, dst] = weight``; :func:`pagerank_reference` is the
 slow, obvious implementation over plain dicts that tests hold the fast ones
 against. No Ray, no msgspec here: this module runs wherever NumPy and SciPy
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from compute.backend import Backend, numpy_backend
-from compute.exceptions import PowerIterationFailedConvergence
-from compute.incremental import ResidualSolver, SolvedRanking
-from compute.resident import ResidentGraph
+from pulsegraph.compute.backend import Backend, numpy_backend
+from pulsegraph.compute.exceptions import PowerIterationFailedConvergence
+from pulsegraph.compute.incremental import ResidualSolver, SolvedRanking
+from pulsegraph.compute.resident import ResidentGraph
 
 DAMPING = 0.85
 # L1 error of ranks that sum to 1. 1e-7 is far below any difference a reader of a
@@ -82,7 +82,7 @@ def pagerank(
     backend: Backend | None = None,
 ) -> RankResult:
     """PageRank of ``adjacency`` (n x n, rows are sources, non-negative weights) from scratch,
-    or warm-started from ranks ``x0``; GMRES on the device (see :mod:`compute.incremental`)."""
+    or warm-started from ranks ``x0``; GMRES on the device (see :mod:`pulsegraph.compute.incremental`)."""
     be = backend or numpy_backend()
     n = adjacency.shape[0]
     if n == 0:

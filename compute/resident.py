@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from compute.backend import Backend, numpy_backend
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.backend import Backend, numpy_backend
 
 # Overlay entries are keyed by src << 32 | dst: vertex ids stay below 2**31.
 _KEY_SHIFT = np.int64(32)

@@ -1,10 +1,10 @@
 """The output type of the compute stage: the results of one sealed epoch.
 
-Arrays are indexed by global vertex id (see :class:`compute.graph.GlobalGraph`).
+Arrays are indexed by global vertex id (see :class:`pulsegraph.compute.graph.GlobalGraph`).
 Ids are dense; without a window they are append-only, so a consumer that knows
 the first ``n`` names only needs the names added since. With a window an id may
 be given to another name once its vertex has been out of the snapshot while the
-watermark advanced ``reuse_after`` seconds (:class:`compute.ids.NameChanges`
+watermark advanced ``reuse_after`` seconds (:class:`pulsegraph.compute.ids.NameChanges`
 says which).
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compute.apps.base import AppResult
-from compute.graph import EdgeChanges
+from pulsegraph.compute.apps.base import AppResult
+from pulsegraph.compute.graph import EdgeChanges
 
 
 def _iso(t: float | None) -> str | None:
@@ -50,14 +50,14 @@ class EpochResult:
     methods: dict[str, str] = field(default_factory=dict)
     graph_ms: float = 0.0
     # Each application's result by its name ("components", "trends", "topics", "landmarks"; one
-    # compute.apps.base.AppResult each, typed per application), and the milliseconds each took.
+    # pulsegraph.compute.apps.base.AppResult each, typed per application), and the milliseconds each took.
     apps: dict[str, AppResult] = field(default_factory=dict)
     apps_ms: dict[str, float] = field(default_factory=dict)
     # Sealed epochs merged into this one without results of their own (the compute stage had
     # fallen behind the cuts and ranked the newest): the API serves none of them.
     skipped: list[int] = field(default_factory=list)
     # Per ranking, the L1 distance of ``scores`` from the exact solution that the solver's stopping rule
-    # proves (see compute.pagerank / compute.tunkrank); a score is then within it of its exact value too.
+    # proves (see pulsegraph.compute.pagerank / pulsegraph.compute.tunkrank); a score is then within it of its exact value too.
     error_bounds: dict[str, float] = field(default_factory=dict)
     # Windows (--window T): T in seconds and the epoch's watermark W_e (the largest event time below its
     # vector; the snapshot holds the events in (W_e - T, W_e]); None when windows are off. ``late``:

@@ -1,8 +1,8 @@
-"""The compute stage without Ray: sealed epochs in, one :class:`~compute.results.EpochResult` per ranked epoch out.
+"""The compute stage without Ray: sealed epochs in, one :class:`~pulsegraph.compute.results.EpochResult` per ranked epoch out.
 
 Owns the sequence the compute actor runs for each batch of sealed epochs: merge
-the shards' deltas into the :class:`~compute.graph.GlobalGraph`, rank the
-graph incrementally on the :class:`~compute.engine.RankEngine`, run the
+the shards' deltas into the :class:`~pulsegraph.compute.graph.GlobalGraph`, rank the
+graph incrementally on the :class:`~pulsegraph.compute.engine.RankEngine`, run the
 applications, and copy to the host what the result carries. Several sealed
 epochs handed over at once (the compute stage fell behind the cuts) are merged
 in order and ranked once, as the newest of them: the result carries that
@@ -17,7 +17,7 @@ mode the graph keeps which vertices are in the snapshot, the rankings are those
 of the present subgraph, and the result counts the present vertices and carries
 their mask; ``late`` adds up over the epochs merged into one result.
 
-:mod:`compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
+:mod:`pulsegraph.compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from compute.apps.runner import AppConfig, Applications
-from compute.engine import RankConfig, RankEngine
-from compute.graph import GlobalGraph
-from compute.results import EpochResult
-from snapshots.delta import EpochDelta
-from snapshots.epoch import EpochInfo
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.engine import RankConfig, RankEngine
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.results import EpochResult
+from pulsegraph.snapshots.delta import EpochDelta
+from pulsegraph.snapshots.epoch import EpochInfo
 
 
 @dataclass

@@ -13,11 +13,11 @@ splits one unit of attention over whom it follows in proportion to the weights;
 with unit weights this is the definition above, word for word. A vertex that
 follows nobody passes nothing on.
 
-With ``P = D^-1 A`` as in :mod:`compute.incremental`, ``I = P^T (1 + p I)``.
+With ``P = D^-1 A`` as in :mod:`pulsegraph.compute.incremental`, ``I = P^T (1 + p I)``.
 Setting ``g = 1 + p I`` gives ``g = 1 + p P^T g``: the same system as PageRank's
 with damping ``p``, so ``I = (g - 1) / p`` and the incremental machinery is shared.
 In window mode the system's right-hand side is 1 only for the vertices in the
-snapshot (:mod:`compute.incremental`): ``I = (g - b) / p``, the same on them, and
+snapshot (:mod:`pulsegraph.compute.incremental`): ``I = (g - b) / p``, the same on them, and
 an absent vertex (no edge) has ``g = 0`` and influence 0.
 
 Tolerance: the L1 error of the scores is at most ``tol`` times their sum (the
@@ -29,11 +29,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from compute.backend import Backend, numpy_backend
-from compute.exceptions import PowerIterationFailedConvergence
-from compute.incremental import ResidualSolver, SolvedRanking
-from compute.pagerank import DEFAULT_MAX_ITER, DEFAULT_TOL, RankResult
-from compute.resident import ResidentGraph
+from pulsegraph.compute.backend import Backend, numpy_backend
+from pulsegraph.compute.exceptions import PowerIterationFailedConvergence
+from pulsegraph.compute.incremental import ResidualSolver, SolvedRanking
+from pulsegraph.compute.pagerank import DEFAULT_MAX_ITER, DEFAULT_TOL, RankResult
+from pulsegraph.compute.resident import ResidentGraph
 
 # Tunkelang's retweet probability; Kineograph leaves it a parameter. Small p makes
 # influence mostly "how many people listen to you" and converges in a few sweeps.

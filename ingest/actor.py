@@ -2,7 +2,7 @@
 
 It owns a set of source partitions (one partition has one owner). Each round it
 reads a batch from every partition, transforms it (the whole batch at once,
-see :meth:`~ingest.transforms.Transform.feed`), sends one batch per shard,
+see :meth:`~pulsegraph.ingest.transforms.Transform.feed`), sends one batch per shard,
 and only after *every* shard has acknowledged reports progress to the epoch
 coordinator: "all of partition p below offset h_p is delivered". Reading and
 transforming round k+1 overlaps the shards' receipt of round k.
@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 
 import ray
 
-from ingest.batch import Router
-from ingest.deadletter import DeadLetter, FileDeadLetterSink, KafkaDeadLetterSink
-from ingest.runtime import HeapTrimmer, configure_logging, tune_gc
-from ingest.sources import SourceSpec, open_partitions
-from ingest.transforms import Event, events_of, get_transform
+from pulsegraph.base.runtime import HeapTrimmer, configure_logging, tune_gc
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.deadletter import (
+    DeadLetter,
+    FileDeadLetterSink,
+    KafkaDeadLetterSink,
+)
+from pulsegraph.ingest.sources import SourceSpec, open_partitions
+from pulsegraph.ingest.transforms import Event, events_of, get_transform
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ingest.arrays import unique
-from ingest.events import EdgeUpdate, Update, VertexUpdate, encode_attrs
+from pulsegraph.base.arrays import unique
+from pulsegraph.ingest.events import EdgeUpdate, Update, VertexUpdate, encode_attrs
 
 # The Router's name table (and its memos) is dropped between rounds when it grows
 # past this: hot names come right back, and a long-running actor's memory stays bounded.
@@ -58,7 +58,7 @@ class ShardBatch:
     v_part: np.ndarray = field(default_factory=lambda: _I32)
     v_off: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     v_id: np.ndarray = field(default_factory=lambda: _I32)
-    # Encoded once by ingest (:func:`~ingest.events.encode_attrs`), stored by the shard as they come.
+    # Encoded once by ingest (:func:`~pulsegraph.ingest.events.encode_attrs`), stored by the shard as they come.
     v_attrs: list[bytes] = field(default_factory=list)
     v_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
 
@@ -138,7 +138,7 @@ class Router:
     def extend(self, edges: dict[str, np.ndarray], vertices: dict[str, np.ndarray]) -> None:
         """Append rows given as columns (keys as :data:`EDGE_COLUMNS` and :data:`VERTEX_COLUMNS`,
         ids from this router; ``attrs`` an object array of encoded attributes, as
-        :func:`~ingest.events.encode_attrs` makes them), after every row added so far."""
+        :func:`~pulsegraph.ingest.events.encode_attrs` makes them), after every row added so far."""
         self._seal()
         self._chunks.append((edges, vertices))
 

@@ -31,8 +31,8 @@ from typing import Iterable, Iterator, NamedTuple
 
 import orjson
 
-from ingest.eventlog import append_durably, makedirs_durably
-from ingest.sources.kafka import kafka_python_config
+from pulsegraph.base.durable import append_durably, makedirs_durably
+from pulsegraph.ingest.sources.kafka import kafka_python_config
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple, Union
 
 import msgspec
 
-from ingest.exceptions import BadRecord
+from pulsegraph.ingest.exceptions import BadRecord
 
 # Ids are dictionary keys in every shard and travel in every delta: 256 bytes
 # is generous for user names, URLs and hashtags while bounding memory per vertex.

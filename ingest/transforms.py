@@ -4,7 +4,7 @@ A transform is a plain function from a decoded event to a list of updates,
 registered by name together with the type it decodes. The built-ins are
 ``edges`` (generic graph events) and ``tweets`` (Kineograph's feed); a user's
 own is named ``package.module:NAME`` (see :func:`get_transform`). A record that
-fails anywhere here raises :class:`~ingest.exceptions.BadRecord`, and whatever
+fails anywhere here raises :class:`~pulsegraph.ingest.exceptions.BadRecord`, and whatever
 a transform's function raises is that record's failure too: the caller sends it
 to the dead-letter sink, with the exception as the reason, and goes on.
 
@@ -27,8 +27,8 @@ from typing import Any, Callable, NamedTuple
 import msgspec
 import numpy as np
 
-from ingest.batch import Router
-from ingest.events import (
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import (
     MAX_ID_BYTES,
     WEIGHT_SCALE,
     AddEdge,
@@ -45,7 +45,7 @@ from ingest.events import (
     encode_attrs,
     fixed_weight,
 )
-from ingest.exceptions import BadRecord, IngestError
+from pulsegraph.ingest.exceptions import BadRecord, IngestError
 
 # A tweet with more mentions or tags than this is spam or an attack on the
 # shard buffers; Twitter's own limit of 280 characters allows far fewer.
@@ -210,7 +210,7 @@ def tweets_transform(tweet: Tweet) -> list[Update]:
 
 
 def _plain_id(name) -> bool:
-    """True when ``name`` certainly passes :func:`~ingest.events.check_id` (a str of at most
+    """True when ``name`` certainly passes :func:`~pulsegraph.ingest.events.check_id` (a str of at most
     MAX_ID_BYTES bytes, whatever its characters); anything else takes the per-record path."""
     return type(name) is str and 0 < len(name) <= MAX_ID_BYTES // 4
 
@@ -229,7 +229,7 @@ def _ids_of(router: Router, names: list, owner, plain: np.ndarray) -> list[Any]:
     return got
 
 
-# What a tweet writes to its hashtags, encoded (as ingest.events.encode_attrs does: one object for all).
+# What a tweet writes to its hashtags, encoded (as pulsegraph.ingest.events.encode_attrs does: one object for all).
 _HASHTAG_ATTRS = encode_attrs({"kind": "hashtag"})
 
 

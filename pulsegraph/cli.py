@@ -3,7 +3,7 @@
 Every flag is generated from :class:`~pulsegraph.settings.Settings`, so the CLI,
 the environment variables and the defaults can never disagree; each flag's
 help names its ``PULSEGRAPH_*`` variable. It configures the driver's logging
-(:func:`ingest.runtime.configure_logging`, which each actor calls for its own worker).
+(:func:`pulsegraph.base.runtime.configure_logging`, which each actor calls for its own worker).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest.runtime import configure_logging
+from pulsegraph.base.runtime import configure_logging
 from pulsegraph.errors import ProduceError
 from pulsegraph.produce import add_arguments as add_produce_arguments
 from pulsegraph.produce import produce

@@ -1,14 +1,11 @@
-"""The root of every error pulsegraph raises.
+"""The wiring's errors. The root of every error, :class:`PulsegraphError`, is in :mod:`pulsegraph.base.errors`
+(the bottom layer, which every stage imports); it is named here too for the wiring's callers."""
 
-This module is a leaf: it imports nothing, so every stage (``ingest``,
-``snapshots``, ``compute``, ``api``) may import it without breaking the rule
-that imports point one way (ingest <- snapshots <- compute <- api <- pulsegraph).
-Each stage defines its own one-line subclasses in its ``exceptions.py``.
-"""
+from __future__ import annotations
 
+from pulsegraph.base.errors import PulsegraphError
 
-class PulsegraphError(Exception):
-    """Base class of all pulsegraph errors."""
+__all__ = ["PipelineError", "ProduceError", "PulsegraphError", "ResultsError"]
 
 
 class PipelineError(PulsegraphError):

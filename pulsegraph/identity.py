@@ -24,9 +24,9 @@ import logging
 import os
 from pathlib import Path
 
-from ingest.eventlog import fsync_dir
-from ingest.sources.kafka import TopicInfo
+from pulsegraph.base.durable import fsync_dir
 from pulsegraph.errors import PipelineError
+from pulsegraph.ingest.sources.kafka import TopicInfo
 from pulsegraph.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ingest.eventlog import lock_exclusively
-from ingest.exceptions import LockHeld
+from pulsegraph.base.durable import lock_exclusively
+from pulsegraph.base.errors import LockHeld
 from pulsegraph.errors import PipelineError
 
 

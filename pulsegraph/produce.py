@@ -18,8 +18,8 @@ import time
 
 import msgspec
 
-from ingest.sources import SourceSpec, open_partitions
 from pulsegraph.errors import ProduceError
+from pulsegraph.ingest.sources import SourceSpec, open_partitions
 
 log = logging.getLogger(__name__)
 

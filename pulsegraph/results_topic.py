@@ -3,7 +3,7 @@
 Owns what a downstream system reads from the topic, :func:`epoch_record` (its JSON
 Schema is ``docs/results.schema.json``), and :class:`ResultPublisher`, the thread
 that writes it with a transactional confluent-kafka producer. It reads the epochs
-from the API's :class:`~api.store.ResultStore` and calls no actor; the feed only
+from the API's :class:`~pulsegraph.api.store.ResultStore` and calls no actor; the feed only
 tells it that an epoch arrived (:meth:`ResultPublisher.notify`: O(1), never
 blocks), so a slow or absent broker never slows the API. It must not touch the
 pipeline's checkpoint or the source's offsets: those stay the truth (README,
@@ -26,7 +26,7 @@ bound leaves meaningful). On each start the re-cut of the last committed epoch,
 when the service holds it, is compared with the committed record, and /health
 says how it compared (``results.recut``).
 
-Alerts (:mod:`api.alerts`) go to ``T.alerts`` (one partition too): for every epoch record of T, one
+Alerts (:mod:`pulsegraph.api.alerts`) go to ``T.alerts`` (one partition too): for every epoch record of T, one
 record in T.alerts with the same key, the epoch's alerts as one JSON object
 (``docs/alerts.schema.json``), produced in the same transaction, so a ``read_committed`` consumer
 sees an epoch's alerts exactly when, and as often as, it sees the epoch: once.
@@ -44,11 +44,17 @@ from typing import Any
 import numpy as np
 import orjson
 
-from api.alerts import AlertBook
-from api.exceptions import NotFound
-from api.store import EpochView, ResultStore, certified_ranks, held_in_both, mover_items
-from ingest.sources.kafka import RECONNECT_BACKOFF_MAX_MS
+from pulsegraph.api.alerts import AlertBook
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.store import (
+    EpochView,
+    ResultStore,
+    certified_ranks,
+    held_in_both,
+    mover_items,
+)
 from pulsegraph.errors import ResultsError
+from pulsegraph.ingest.sources.kafka import RECONNECT_BACKOFF_MAX_MS
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import threading
 
 import uvicorn
 
-from api.app import create_app
-from api.edge import EdgeLimits, server_config
-from api.store import EpochView
-from ingest.eventlog import EventLog
-from ingest.transforms import get_transform
+from pulsegraph.api.app import create_app
+from pulsegraph.api.edge import EdgeLimits, server_config
+from pulsegraph.api.store import EpochView
 from pulsegraph.errors import PipelineError, PulsegraphError
+from pulsegraph.ingest.eventlog import EventLog
+from pulsegraph.ingest.transforms import get_transform
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 
@@ -59,7 +59,7 @@ def kafka_sink(bootstrap: str, topic: str):
     def send(records: list[bytes]) -> None:
         from kafka import KafkaProducer
 
-        from ingest.sources.kafka import kafka_python_config
+        from pulsegraph.ingest.sources.kafka import kafka_python_config
 
         with lock:
             if "producer" not in made:

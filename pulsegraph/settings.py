@@ -17,8 +17,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ingest.exceptions import IngestError
-from ingest.transforms import get_transform
+from pulsegraph.ingest.exceptions import IngestError
+from pulsegraph.ingest.transforms import get_transform
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 # The synthetic stream's rate when none is given: lively on a dashboard, light on a laptop.

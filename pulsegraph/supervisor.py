@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from ingest.sources.kafka import TopicInfo, describe_topic
 from pulsegraph.errors import PulsegraphError
+from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic
 from pulsegraph.memory import node_used, service_memory
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class Supervisor:
     def _ask_topic(self, launched: TopicInfo) -> None:
         from kafka.errors import KafkaError
 
-        from ingest.exceptions import SourceError
+        from pulsegraph.ingest.exceptions import SourceError
 
         try:
             now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic))

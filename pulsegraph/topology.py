@@ -3,7 +3,7 @@
 Builds the pipeline of DESIGN.md from one :class:`~pulsegraph.settings.Settings`:
 ingest actors -> shard actors -> epoch coordinator -> compute actor, and the
 API's result store and feed. It is the only place that knows every stage.
-Where to resume is planned by :mod:`snapshots.recovery`; when to relaunch is
+Where to resume is planned by :mod:`pulsegraph.snapshots.recovery`; when to relaunch is
 decided by :mod:`pulsegraph.supervisor`.
 """
 
@@ -20,28 +20,28 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from api.alerts import RULES_FILE, AlertBook
-from api.archive import ResultArchive
-from api.exceptions import NotFound
-from api.feed import ResultFeed
-from api.store import EpochView, ResultStore
-from compute.actor import ComputeActor
-from compute.apps.runner import APP_SETTINGS
-from compute.engine import RANK_SETTINGS
-from compute.graph import GRAPH_SETTINGS
-from ingest.actor import IngestActor
-from ingest.sources import SourceSpec
-from ingest.sources.kafka import TopicInfo, describe_topic, partition_number
+from pulsegraph.api.alerts import RULES_FILE, AlertBook
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.feed import ResultFeed
+from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.compute.apps.runner import APP_SETTINGS
+from pulsegraph.compute.engine import RANK_SETTINGS
+from pulsegraph.compute.graph import GRAPH_SETTINGS
 from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
+from pulsegraph.ingest.actor import IngestActor
+from pulsegraph.ingest.sources import SourceSpec
+from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic, partition_number
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
-from pulsegraph.supervisor import OBJECT_STORE_BYTES, STATUS_TIMEOUT_S, Supervisor
 from pulsegraph.settings import Settings, drop_secrets_from_environment
-from snapshots.coordinator import EpochCoordinator
-from snapshots.recovery import RecoveryPlan, plan_recovery
-from snapshots.shard import ShardActor
+from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.recovery import RecoveryPlan, plan_recovery
+from pulsegraph.snapshots.shard import ShardActor
+from pulsegraph.supervisor import OBJECT_STORE_BYTES, STATUS_TIMEOUT_S, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class Pipeline:
         """The broker's description of the topic; waits (reporting "disconnected") while the broker is unreachable."""
         from kafka.errors import KafkaError
 
-        from ingest.exceptions import SourceError
+        from pulsegraph.ingest.exceptions import SourceError
 
         delay = 0.5
         while True:

@@ -16,8 +16,8 @@ import json
 import msgspec
 import numpy as np
 
-from ingest.events import encode_attrs
-from snapshots.growable import Column
+from pulsegraph.ingest.events import encode_attrs
+from pulsegraph.snapshots.growable import Column
 
 # Encodings up to this long are shared between vertices (a few distinct small values: kinds, flags).
 SHARE_BELOW = 32

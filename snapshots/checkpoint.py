@@ -17,6 +17,7 @@ committed checkpoints are kept. Per-shard files let one shard be restored alone.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -27,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.eventlog import fsync_dir, makedirs_durably
-from snapshots.exceptions import CheckpointError, CorruptCheckpoint
+from pulsegraph.base.durable import fsync_dir, makedirs_durably
+from pulsegraph.snapshots.exceptions import CheckpointError, CorruptCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +51,28 @@ def dumps(obj) -> list:
     return [_OUT_OF_BAND, sizes, head, *raws]
 
 
+# Checkpoints written before the stages were installed as subpackages of ``pulsegraph`` name their
+# classes by the stages' old top-level modules (``snapshots.delta.EpochDelta``).
+_OLD_TOP = ("ingest.", "snapshots.", "compute.", "api.")
+_MOVED = {"ingest.arrays": "pulsegraph.base.arrays", "ingest.keyindex": "pulsegraph.base.keyindex"}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module.startswith(_OLD_TOP):
+            module = _MOVED.get(module, "pulsegraph." + module)
+        return super().find_class(module, name)
+
+
+def _unpickle(data, buffers=None):
+    return _Unpickler(io.BytesIO(data), buffers=buffers).load()
+
+
 def loads(payload: bytes):
     """What :func:`dumps` wrote (or a whole pickle: checkpoints from before it). The buffers come back
     as writable copies: a restored column goes on growing."""
     if not payload.startswith(_OUT_OF_BAND):
-        return pickle.loads(payload)
+        return _unpickle(payload)
     view, at = memoryview(payload), len(_OUT_OF_BAND)
     (count,) = struct.unpack_from("<Q", payload, at)
     head_size, *sizes = struct.unpack_from(f"<{count + 1}Q", payload, at + 8)
@@ -65,7 +83,7 @@ def loads(payload: bytes):
     for n in sizes:
         buffers.append(bytearray(view[at : at + n]))
         at += n
-    return pickle.loads(head, buffers=buffers)
+    return _unpickle(head, buffers)
 
 
 def write_atomic(path: Path, payload: bytes | Sequence, durable: bool = True) -> str:

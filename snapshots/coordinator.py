@@ -53,12 +53,12 @@ import time
 import numpy as np
 import ray
 
-from ingest.arrays import unique
-from ingest.runtime import configure_logging
-from snapshots.checkpoint import CheckpointStore
-from snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
-from snapshots.exceptions import EpochOrderError
-from snapshots.recovery import RecoveryPlan
+from pulsegraph.base.arrays import unique
+from pulsegraph.base.runtime import configure_logging
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
+from pulsegraph.snapshots.exceptions import EpochOrderError
+from pulsegraph.snapshots.recovery import RecoveryPlan
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ingest.events import WEIGHT_SCALE
+from pulsegraph.ingest.events import WEIGHT_SCALE
 
 _I32 = np.zeros(0, dtype=np.int32)
 
@@ -26,7 +26,7 @@ class EpochDelta:
     new_ids: np.ndarray = field(default_factory=lambda: _I32)
     new_names: list[str] = field(default_factory=list)
     attr_ids: np.ndarray = field(default_factory=lambda: _I32)
-    attrs: list[bytes] = field(default_factory=list)  # JSON (snapshots.attrs.encode), one per attr_ids
+    attrs: list[bytes] = field(default_factory=list)  # JSON (pulsegraph.snapshots.attrs.encode), one per attr_ids
     e_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     e_src: np.ndarray = field(default_factory=lambda: _I32)
     e_dst: np.ndarray = field(default_factory=lambda: _I32)

@@ -1,17 +1,17 @@
 """A shard's edges: append-only slots of (src, dst, type) with a signed multiplicity and a weight sum.
 
-Owns the packed edge key and the index over it (a :class:`~ingest.keyindex.KeyIndex`: an epoch's
+Owns the packed edge key and the index over it (a :class:`~pulsegraph.base.keyindex.KeyIndex`: an epoch's
 new and released edges cost what they are, not a copy of the index), and the slots a sliding window
-gives back (released slots are taken by new edges first). :mod:`snapshots.store` builds a shard on it.
+gives back (released slots are taken by new edges first). :mod:`pulsegraph.snapshots.store` builds a shard on it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ingest.arrays import unique
-from ingest.keyindex import KeyIndex
-from snapshots.growable import Column
+from pulsegraph.base.arrays import unique
+from pulsegraph.base.keyindex import KeyIndex
+from pulsegraph.snapshots.growable import Column
 
 # The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
 # index holds integers: 67M local vertices and 4096 edge types per shard.

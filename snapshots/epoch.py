@@ -18,9 +18,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ingest.eventlog import fsync_dir, lock_exclusively, makedirs_durably, open_durably
-from ingest.exceptions import LockHeld
-from snapshots.exceptions import EpochLogError, EpochOrderError, EpochStateError
+from pulsegraph.base.durable import (
+    fsync_dir,
+    lock_exclusively,
+    makedirs_durably,
+    open_durably,
+)
+from pulsegraph.base.errors import LockHeld
+from pulsegraph.snapshots.exceptions import (
+    EpochLogError,
+    EpochOrderError,
+    EpochStateError,
+)
 
 
 class EpochStatus(enum.Enum):

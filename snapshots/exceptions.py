@@ -1,6 +1,6 @@
 """Errors of the snapshot stage: shards, epochs and the epoch log."""
 
-from pulsegraph.errors import PulsegraphError
+from pulsegraph.base.errors import PulsegraphError
 
 
 class SnapshotError(PulsegraphError):

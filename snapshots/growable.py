@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.arrays import add_at
+from pulsegraph.base.arrays import add_at
 
 
 class Column:

@@ -1,8 +1,8 @@
 """A shard's name table: vertex (or edge type) names to dense local ids, with ids given back and reused.
 
-Owns nothing but the table; :mod:`snapshots.store` decides when an id is free
+Owns nothing but the table; :mod:`pulsegraph.snapshots.store` decides when an id is free
 (with a window, once nothing of the vertex is left in the shard). The names are a
-:class:`~snapshots.nametable.NameTable`: packed bytes and a hash index, 33 bytes a
+:class:`~pulsegraph.snapshots.nametable.NameTable`: packed bytes and a hash index, 33 bytes a
 name where a list and a dict took 134 (``bench.structures shard-names``), in every shard.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from snapshots.exceptions import ShardCapacityError
-from snapshots.nametable import NameTable, hashes
+from pulsegraph.snapshots.exceptions import ShardCapacityError
+from pulsegraph.snapshots.nametable import NameTable, hashes
 
 
 class Interner:

@@ -22,9 +22,9 @@ from typing import Callable, Iterator, cast
 
 import numpy as np
 
-from ingest.arrays import gather_ranges
-from ingest.keyindex import KeyIndex
-from snapshots.growable import Column
+from pulsegraph.base.arrays import gather_ranges
+from pulsegraph.base.keyindex import KeyIndex
+from pulsegraph.snapshots.growable import Column
 
 # The bytes of removed names are dropped (the buffer rewritten) once they pass this share of it:
 # a name's bytes are copied 1 / DEAD_SHARE times at most over its life.

@@ -15,9 +15,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapshots.checkpoint import CheckpointStore, Manifest
-from snapshots.epoch import EpochLog, LogEntry
-from snapshots.exceptions import CheckpointError
+from pulsegraph.snapshots.checkpoint import CheckpointStore, Manifest
+from pulsegraph.snapshots.epoch import EpochLog, LogEntry
+from pulsegraph.snapshots.exceptions import CheckpointError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The shard actor: a Ray actor around one :class:`~snapshots.store.ShardStore`.
+"""The shard actor: a Ray actor around one :class:`~pulsegraph.snapshots.store.ShardStore`.
 
 Ray runs one method at a time on it, in the order each caller submitted them,
 so a batch an ingest actor saw acknowledged is buffered before any later
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import ray
 
-from ingest.batch import ShardBatch
-from ingest.runtime import HeapTrimmer, tune_gc
-from snapshots.checkpoint import CheckpointStore, read_verified
-from snapshots.exceptions import CheckpointError
-from snapshots.store import ShardStore
+from pulsegraph.base.runtime import HeapTrimmer, tune_gc
+from pulsegraph.ingest.batch import ShardBatch
+from pulsegraph.snapshots.checkpoint import CheckpointStore, read_verified
+from pulsegraph.snapshots.exceptions import CheckpointError
+from pulsegraph.snapshots.store import ShardStore
 
 
 @ray.remote

@@ -2,7 +2,7 @@
 
 Owns the state of one shard and the buffer of transactions not yet covered by
 an epoch. It must not know about Ray, sources or the coordinator: the actor in
-:mod:`snapshots.shard` wraps it.
+:mod:`pulsegraph.snapshots.shard` wraps it.
 
 Why the state is a pure function of the epoch vector:
 * an edge (src, dst, type) carries a signed multiplicity and a fixed-point
@@ -21,16 +21,16 @@ from typing import cast
 
 import numpy as np
 
-from ingest.arrays import unique
-from ingest.batch import ShardBatch
-from snapshots.attrs import NULL, AttrTable, Stamps, decode, encode, encoded
-from snapshots.checkpoint import dumps, loads
-from snapshots.delta import EpochDelta, ShardSummary
-from snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
-from snapshots.exceptions import EpochOrderError
-from snapshots.growable import Column
-from snapshots.interner import Interner
-from snapshots.window import TimeLog, drop_late
+from pulsegraph.base.arrays import unique
+from pulsegraph.ingest.batch import ShardBatch
+from pulsegraph.snapshots.attrs import NULL, AttrTable, Stamps, decode, encode, encoded
+from pulsegraph.snapshots.checkpoint import dumps, loads
+from pulsegraph.snapshots.delta import EpochDelta, ShardSummary
+from pulsegraph.snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
+from pulsegraph.snapshots.exceptions import EpochOrderError
+from pulsegraph.snapshots.growable import Column
+from pulsegraph.snapshots.interner import Interner
+from pulsegraph.snapshots.window import TimeLog, drop_late
 
 
 class _PartitionBuffer:
@@ -68,7 +68,7 @@ class ShardStore:
         self.recycle_every = recycle_every
         self.recycled = 0  # local ids given back so far
         # With a window (seconds), what each edge and vertex holds comes only from the transactions
-        # whose event time is inside (watermark - window, watermark]; see snapshots.window.
+        # whose event time is inside (watermark - window, watermark]; see pulsegraph.snapshots.window.
         self.window = window
         self._contrib = TimeLog(window) if window else None  # edge contributions: key = slot
         self._writes = TimeLog(window) if window else None  # attribute writes: key = vertex id
@@ -378,7 +378,7 @@ class ShardStore:
     # -- checkpoints --------------------------------------------------------
     def state(self) -> list:
         """The applied state (never the buffer: the source replays it from the vector) as the chunks of a
-        checkpoint payload (:func:`snapshots.checkpoint.dumps`). The columns go out of band, as views,
+        checkpoint payload (:func:`pulsegraph.snapshots.checkpoint.dumps`). The columns go out of band, as views,
         uncopied: nothing changes them until the caller has written the chunks."""
         e = self.edges
         return dumps(

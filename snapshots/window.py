@@ -2,7 +2,7 @@
 
 With ``--window T`` the snapshot ``S_e`` holds exactly the transactions below
 ``V_e`` whose event time ``t`` satisfies ``W_e - T < t <= W_e`` (``W_e``: the
-epoch's watermark, see :mod:`snapshots.coordinator`). An edge's multiplicity,
+epoch's watermark, see :mod:`pulsegraph.snapshots.coordinator`). An edge's multiplicity,
 weight sum and earliest add time are then sums and a minimum over its
 contributions *inside* the window, so a shard must remember each contribution
 until it leaves: :class:`TimeLog` holds them, in buckets of event time, and
@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
 
 # Buckets per window: the bound splits one of them per epoch (a sort of ~1/32 of the window's
 # contributions), and a lookup of the earliest adds visits them oldest first.

@@ -34,7 +34,11 @@ from bench.soak import role_of
 from pulsegraph.memory import process_tree
 from tests.graphref import reference
 from tests.ingest.test_kafka import consume_all, end_vector
-from tests.ingest.test_kafka_faults import Service, assert_one_history, checkpointed_graph
+from tests.ingest.test_kafka_faults import (
+    Service,
+    assert_one_history,
+    checkpointed_graph,
+)
 
 FAULTS = ("kill shards", "kill ingest", "kill coordinator", "kill compute", "sigkill", "broker")
 BAD = [b"{not json", b'{"user": 7}', b'{"mentions": ["a"]}', b"[]", b'{"user": "a", "ts": "soon"}']

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import math
 
-from ingest.events import EdgeUpdate
-from ingest.exceptions import BadRecord
-from ingest.transforms import get_transform
+from pulsegraph.ingest.events import EdgeUpdate
+from pulsegraph.ingest.exceptions import BadRecord
+from pulsegraph.ingest.transforms import get_transform
 
 
 def reference(records: dict[str, list[tuple[int, bytes]]], vector: dict[str, int], transform: str = "edges") -> dict:
@@ -76,7 +76,7 @@ def live_digraph(graph: dict, types: tuple[str, ...] | None = None):
     """A networkx DiGraph of the live edges of ``types``, weights summed over types, every vertex included."""
     import networkx as nx
 
-    from ingest.events import WEIGHT_SCALE
+    from pulsegraph.ingest.events import WEIGHT_SCALE
 
     g = nx.DiGraph()
     g.add_nodes_from(graph["vertices"])

@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 TOP = Path(__file__).resolve().parent.parent
 
 
@@ -16,6 +21,29 @@ def test_imports_point_one_way():
     lint_imports = Path(sys.executable).parent / "lint-imports"
     out = subprocess.run([str(lint_imports)], cwd=TOP, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+STAGES = ("ingest", "snapshots", "compute", "api")
+
+
+def test_every_import_names_the_pulsegraph_namespace():
+    """A checkout can also import a stage's folder as a top-level package (``compute.stage``): a second
+    copy of every module and class beside ``pulsegraph.compute.stage``. Nothing of ours may."""
+    bare = []
+    for path in sorted(p for top in (*PACKAGES, "bench", "tests") for p in (TOP / top).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            bare += [f"{path.relative_to(TOP)}:{node.lineno} {n}" for n in names if n.split(".")[0] in STAGES]
+    assert not bare, "import these as pulsegraph.<stage>: " + "; ".join(bare)
+
+
+def test_the_wiring_contract_names_every_module_of_the_wiring():
+    with open(TOP / "pyproject.toml", "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    (wiring,) = [c for c in contracts if c["name"].startswith("No stage and no shared module imports the wiring")]
+    modules = {f"pulsegraph.{p.stem}" for p in (TOP / "pulsegraph").glob("*.py") if p.stem != "__init__"}
+    assert modules <= set(wiring["forbidden_modules"]), sorted(modules - set(wiring["forbidden_modules"]))
 
 
 def test_ruff_finds_nothing():

@@ -1,5 +1,5 @@
-"""The API's routes, one module per resource, each an ``APIRouter`` that :func:`api.app.create_app` includes.
+"""The API's routes, one module per resource, each an ``APIRouter`` that :func:`pulsegraph.api.app.create_app` includes.
 
-A route module reads its context and parameters through the dependencies of :mod:`api.deps`, computes
-with :mod:`api.queries`, and raises the API's errors; the app turns them into the error model.
+A route module reads its context and parameters through the dependencies of :mod:`pulsegraph.api.deps`, computes
+with :mod:`pulsegraph.api.queries`, and raises the API's errors; the app turns them into the error model.
 """

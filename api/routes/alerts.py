@@ -1,7 +1,7 @@
 """``/v1/alerts``: standing alert rules (the write token changes them) and the alerts the retained epochs raised.
 
 The arithmetic and the promise (alerts are a pure function of the retained epochs and the rules) live in
-:mod:`api.alerts`; these routes only read and change the book. The alert stream shares the slots of
+:mod:`pulsegraph.api.alerts`; these routes only read and change the book. The alert stream shares the slots of
 ``/v1/stream`` (``--max-streams``) and is woken by the same broadcaster; what it sends is read from the
 book, so a client that reads slowly is sent every epoch's alerts late, never a subset of them.
 """
@@ -15,11 +15,11 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.alerts import MAX_PAGE, MAX_RULES, AlertBook
-from api.deps import JSON, Context, Ctx, errors, require_write
-from api.models import AlertPage, AlertRule, AlertRules, RuleSpec
-from api.routes.stream import slot
-from api.stream import HEARTBEAT_S, Broadcaster, is_end, sse_frame
+from pulsegraph.api.alerts import MAX_PAGE, MAX_RULES, AlertBook
+from pulsegraph.api.deps import JSON, Context, Ctx, errors, require_write
+from pulsegraph.api.models import AlertPage, AlertRule, AlertRules, RuleSpec
+from pulsegraph.api.routes.stream import slot
+from pulsegraph.api.stream import HEARTBEAT_S, Broadcaster, is_end, sse_frame
 
 router = APIRouter()  # reads: open, or behind the token with --protect-reads
 writes = APIRouter()  # changes: always the write token

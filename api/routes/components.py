@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import queries
-from api.deps import JSON, EpochQ, Store, errors
-from api.models import ComponentList
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, EpochQ, Store, errors
+from pulsegraph.api.models import ComponentList
 
 # A list computed per epoch: bounded by what the epoch carries.
 MAX_COMPONENTS = 1000

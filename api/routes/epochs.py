@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from api.deps import JSON, Store, errors
-from api.models import EpochInfo, EpochList
+from pulsegraph.api.deps import JSON, Store, errors
+from pulsegraph.api.models import EpochInfo, EpochList
 
 # A page of epochs; the store retains more, but a dashboard never needs them at once.
 MAX_EPOCH_PAGE = 1000

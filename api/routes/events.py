@@ -2,7 +2,7 @@
 
 Bounded before anything large is held: the token first, then the write slots (at most
 ``max_concurrent_writes`` bodies in memory at once), then the body's bytes and its deadline, then its
-JSON values (:mod:`api.batch`). The events sink (the embedded log's append, or a Kafka producer's send)
+JSON values (:mod:`pulsegraph.api.batch`). The events sink (the embedded log's append, or a Kafka producer's send)
 is the one seam of the write path.
 """
 
@@ -14,16 +14,21 @@ import logging
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from api.batch import (
+from pulsegraph.api.batch import (
     MAX_BODY_BYTES,
     MAX_EVENTS,
     MAX_JSON_VALUES,
     check_batch,
     parse_batch,
 )
-from api.deps import JSON, Context, Ctx, errors, require_write
-from api.exceptions import ApiError, PayloadTooLarge, RequestTimeout, Unavailable
-from api.models import Accepted
+from pulsegraph.api.deps import JSON, Context, Ctx, errors, require_write
+from pulsegraph.api.exceptions import (
+    ApiError,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unavailable,
+)
+from pulsegraph.api.models import Accepted
 
 log = logging.getLogger(__name__)
 

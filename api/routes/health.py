@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import JSON, Context, Ctx
-from api.models import Health
+from pulsegraph.api.deps import JSON, Context, Ctx
+from pulsegraph.api.models import Health
 
 # /health names a bound as saturated from this share of it on: the pushback is near.
 SATURATED = 0.9

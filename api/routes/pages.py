@@ -15,7 +15,7 @@ from fastapi import APIRouter
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import Response
 
-STATIC = resources.files("api") / "static"
+STATIC = resources.files("pulsegraph.api") / "static"
 # Swagger UI's bundle, stylesheet and icon, as the fastapi-offline package ships them.
 DOCS_ASSETS = resources.files("fastapi_offline") / "static"
 DOCS_ASSETS_URL = "/docs-assets"

@@ -7,12 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import queries
-from api.deps import JSON, MAX_ID_BYTES, Ctx, EpochQ, errors
-from api.exceptions import Unavailable
-from api.models import PathAnswer
-from api.paths import find_path
-from compute.apps.landmarks import LandmarksResult
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, MAX_ID_BYTES, Ctx, EpochQ, errors
+from pulsegraph.api.exceptions import Unavailable
+from pulsegraph.api.models import PathAnswer
+from pulsegraph.api.paths import find_path
+from pulsegraph.compute.apps.landmarks import LandmarksResult
 
 log = logging.getLogger(__name__)
 

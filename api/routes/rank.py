@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import queries
-from api.deps import JSON, AlgoQ, EpochQ, Store, errors
-from api.models import Algorithms, Movers, TopRanking
-from api.store import TOP_CACHE
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, errors
+from pulsegraph.api.models import Algorithms, Movers, TopRanking
+from pulsegraph.api.store import TOP_CACHE
 
 # Per-request bound of movers: answered from memory in well under a millisecond per item.
 MAX_MOVERS = 100

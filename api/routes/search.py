@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import JSON, MAX_ID_BYTES, EpochQ, Store, errors
-from api.models import SearchResult
+from pulsegraph.api.deps import JSON, MAX_ID_BYTES, EpochQ, Store, errors
+from pulsegraph.api.models import SearchResult
 
 MAX_SEARCH = 100
 

@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from api.deps import JSON, Ctx, errors
+from pulsegraph.api.deps import JSON, Ctx, errors
 
 router = APIRouter()
 

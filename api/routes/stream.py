@@ -5,15 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from api.deps import Context, Ctx, errors
-from api.exceptions import NotFound, Unavailable
-from api.stream import ANONYMOUS, AUTHENTICATED, SAME_ORIGIN, sse_frame
+from pulsegraph.api.deps import Context, Ctx, errors
+from pulsegraph.api.exceptions import NotFound, Unavailable
+from pulsegraph.api.stream import ANONYMOUS, AUTHENTICATED, SAME_ORIGIN, sse_frame
 
 router = APIRouter()
 
 
 def standing_of(ctx: Context, request: Request) -> int:
-    """Which of the kept stream slots a client may take (see api.stream)."""
+    """Which of the kept stream slots a client may take (see pulsegraph.api.stream)."""
     auth = ctx.auth
     if auth.protect_reads or auth.valid(request.headers.get("authorization")):
         return AUTHENTICATED

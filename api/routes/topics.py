@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from api import queries
-from api.deps import JSON, EpochQ, Store, errors
-from api.models import TopicList
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, EpochQ, Store, errors
+from pulsegraph.api.models import TopicList
 
 # A list computed per epoch: bounded by what the epoch carries.
 MAX_TOPICS = 1000

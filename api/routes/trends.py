@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api import queries
-from api.deps import JSON, MAX_ID_BYTES, Store, errors
-from api.models import Trends, Usage
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, MAX_ID_BYTES, Store, errors
+from pulsegraph.api.models import Trends, Usage
 
 MAX_TRENDS = 100
 MAX_HISTORY = 100_000

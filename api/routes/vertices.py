@@ -8,9 +8,9 @@ from urllib.parse import quote, unquote, unquote_to_bytes
 from fastapi import APIRouter, Query
 from starlette.convertors import Convertor, register_url_convertor
 
-from api import queries
-from api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
-from api.models import History, Neighbors, Vertex
+from pulsegraph.api import queries
+from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
+from pulsegraph.api.models import History, Neighbors, Vertex
 
 # Per-request bounds: each item is answered from memory in well under a millisecond.
 MAX_NEIGHBORS = 1000

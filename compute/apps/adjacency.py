@@ -3,12 +3,12 @@
 Owns :class:`AppAdjacency`, the tables the applications read: the distinct (src, dst) pairs of
 every live edge type out and in (each with its count of live typed edges, and the distinct
 degrees), and, per edge type asked for, its live edges with their multiplicity and first add
-time (K-exposure's edge lists and first-seen index). Each is a :class:`~compute.apps.rowtable.RowTable`
+time (K-exposure's edge lists and first-seen index). Each is a :class:`~pulsegraph.compute.apps.rowtable.RowTable`
 (a base CSR with an overlay of the entries added since, rebuilt when the overlay grows: the work
 per epoch follows the change). Only the first epoch and a full delta (after a restore) build from
 the graph's columns.
 
-Must not touch the rank engine; reads :class:`~compute.graph.GlobalGraph`'s shard columns only
+Must not touch the rank engine; reads :class:`~pulsegraph.compute.graph.GlobalGraph`'s shard columns only
 to build from scratch.
 """
 
@@ -19,11 +19,17 @@ import logging
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.rowtable import COMPACT_FRACTION, COMPACT_MIN, RowTable, pack, unpack
-from compute.exceptions import ComputeError
-from compute.graph import EdgeChanges, GlobalGraph
-from ingest.arrays import add_at
-from snapshots.growable import Column
+from pulsegraph.base.arrays import add_at
+from pulsegraph.compute.apps.rowtable import (
+    COMPACT_FRACTION,
+    COMPACT_MIN,
+    RowTable,
+    pack,
+    unpack,
+)
+from pulsegraph.compute.exceptions import ComputeError
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.snapshots.growable import Column
 
 __all__ = ["COMPACT_FRACTION", "COMPACT_MIN", "AppAdjacency", "RowTable", "pack"]
 
@@ -94,7 +100,7 @@ class AppAdjacency:
         step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
         moved = np.flatnonzero(step)
         if len(moved):
-            # Rows are edges, not slots (compute.graph.by_edge: a reused slot comes as two rows), so a
+            # Rows are edges, not slots (pulsegraph.compute.graph.by_edge: a reused slot comes as two rows), so a
             # row's before and after name one pair and the new state's pair is the row's either way.
             keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
             diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)

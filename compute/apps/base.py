@@ -2,12 +2,12 @@
 
 :class:`AppGraph` is the live graph as the applications read it: the distinct (src, dst)
 pairs of every edge type, out and in, row by row, their distinct degrees, and typed edge
-lists with their first add times, all from an :class:`~compute.apps.adjacency.AppAdjacency`
+lists with their first add times, all from an :class:`~pulsegraph.compute.apps.adjacency.AppAdjacency`
 that the runner keeps across epochs and updates from each epoch's changes (``build`` makes
 one from scratch: the reference the tests compare with). :class:`AppDelta` is what the epoch
 did, edge by edge: edges that went live and edges that went (a pair with another live type
 counts as gone too: conservative, never wrong). Its rows are edges, never slots (see
-:func:`compute.graph.by_edge`: with a window a shard reuses the slots of expired edges), so a row's
+:func:`pulsegraph.compute.graph.by_edge`: with a window a shard reuses the slots of expired edges), so a row's
 before and after always name one (src, dst, type). Must not touch the rank engine or the shards.
 """
 
@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.adjacency import AppAdjacency
-from compute.graph import EdgeChanges, GlobalGraph
-from ingest.arrays import gather_ranges
+from pulsegraph.base.arrays import gather_ranges
+from pulsegraph.compute.apps.adjacency import AppAdjacency
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
 
 INF = np.int32(2**30)
 
@@ -44,7 +44,7 @@ def expand(indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray) -> tup
 
 
 class Neighbors(Protocol):
-    """Rows of a graph read a frontier at a time (a :class:`~compute.apps.adjacency.RowTable`, a :class:`CSR`)."""
+    """Rows of a graph read a frontier at a time (a :class:`~pulsegraph.compute.apps.adjacency.RowTable`, a :class:`CSR`)."""
 
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The neighbors of every frontier vertex (int64, any order), and for each its position in ``frontier``."""
@@ -187,7 +187,7 @@ class Patch:
     ``base`` is the epoch whose published array (or patch) this applies to: a consumer applies it only
     to that epoch's array, widened to ``shape`` with the field's fill (columns of vertices new since
     ``base``), and asks for the whole array again when it does not hold that epoch's (it missed a result:
-    :meth:`~compute.apps.runner.Applications.resend_whole`). ``keys`` (int64, ascending, distinct:
+    :meth:`~pulsegraph.compute.apps.runner.Applications.resend_whole`). ``keys`` (int64, ascending, distinct:
     ``row << 32 | column``) are the entries that may have changed, ``values`` what they hold now."""
 
     base: int
@@ -232,7 +232,7 @@ class Patch:
 class AppResult:
     """What an application publishes for one epoch (a frozen dataclass of host arrays and numbers).
     :attr:`PER_VERTEX` names the fields with one entry per vertex id: the big ones, which the API keeps
-    as undo records beside the graph (``api.store``) and leaves out of archived epochs (``api.archive``);
+    as undo records beside the graph (``pulsegraph.api.store``) and leaves out of archived epochs (``pulsegraph.api.archive``);
     an application declares them here, in its result, and nowhere else. A per-vertex field holds the whole
     array or a :class:`Patch` of the one the application published before."""
 
@@ -249,7 +249,7 @@ class AppResult:
 
 class Application(abc.ABC):
     """One algorithm over the sealed epochs. ``previous`` is what the last call returned; the state may be
-    updated in place, and :meth:`publish` makes the host copies an :class:`~compute.results.EpochResult` carries
+    updated in place, and :meth:`publish` makes the host copies an :class:`~pulsegraph.compute.results.EpochResult` carries
     (an instance of :attr:`result`)."""
 
     name: str = ""

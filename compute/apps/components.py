@@ -20,8 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.apps.base import AppDelta, AppGraph, Application, AppResult
 
 # Components reported per epoch, largest first: /v1/components?k= is bounded by it.
 TOP_COMPONENTS = 1000

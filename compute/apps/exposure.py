@@ -41,8 +41,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult, expand
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.apps.base import (
+    AppDelta,
+    AppGraph,
+    Application,
+    AppResult,
+    expand,
+)
 
 TAGS = "tags"
 MENTIONS = "mentions"

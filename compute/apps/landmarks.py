@@ -25,7 +25,7 @@ Per epoch, with the pairs that appeared and went:
 The estimate of d(a, b) is ``min over l of to_l[a] + from_l[b]``: never below the
 true distance, and equal to it when a shortest path passes a landmark.
 
-An epoch publishes the distances it wrote (a :class:`~compute.apps.base.Patch` of the
+An epoch publishes the distances it wrote (a :class:`~pulsegraph.compute.apps.base.Patch` of the
 epoch published before), not 64 bytes a vertex: at 3 M vertices the whole arrays
 were three quarters of every result the compute actor put in Ray's object store and
 the API copied and compared. Whole arrays go out when the landmarks are chosen anew,
@@ -41,8 +41,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult, Neighbors, Patch
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
+from pulsegraph.compute.apps.base import (
+    AppDelta,
+    AppGraph,
+    Application,
+    AppResult,
+    Neighbors,
+    Patch,
+)
 
 # Distances are uint16, in the state and as published; this value (the largest) is "no path".
 HOPS = np.uint16

@@ -15,7 +15,7 @@ follows the change.
 
 Everything is flat arrays (no per-vertex Python objects), so a CuPy path can hold the bases on
 the device as they are (searchsorted, gathers and masks have CuPy equivalents) and keep the
-overlay's inserts on the host, as :mod:`compute.resident` does with its overlay. Knows nothing
+overlay's inserts on the host, as :mod:`pulsegraph.compute.resident` does with its overlay. Knows nothing
 of graphs, epochs or applications.
 """
 
@@ -25,9 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ingest.arrays import gather_ranges, unique
+from pulsegraph.base.arrays import gather_ranges, unique
 
-# Entries are keyed by row << 32 | col: vertex ids stay below 2**31 (as in compute.resident).
+# Entries are keyed by row << 32 | col: vertex ids stay below 2**31 (as in pulsegraph.compute.resident).
 _SHIFT = np.int64(32)
 _LOW = np.int64(0xFFFFFFFF)
 # The overlay (and the dead base entries) may reach this share of the base before a rebuild.

@@ -6,8 +6,8 @@ first epoch after a restore) or the first epoch builds the applications'
 adjacency from the graph and re-initializes every application; otherwise the
 adjacency takes in the epoch's changes and each application updates from its
 previous state. What comes back is host data only, one typed result per
-application (:class:`~compute.apps.base.AppResult`), for
-:attr:`compute.results.EpochResult.apps`.
+application (:class:`~pulsegraph.compute.apps.base.AppResult`), for
+:attr:`pulsegraph.compute.results.EpochResult.apps`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from compute.apps.adjacency import COMPACT_FRACTION, COMPACT_MIN, AppAdjacency
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult
-from compute.apps.components import Components
-from compute.apps.exposure import Exposure
-from compute.apps.landmarks import Landmarks
-from compute.apps.trends import Trends
-from compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.apps.adjacency import (
+    COMPACT_FRACTION,
+    COMPACT_MIN,
+    AppAdjacency,
+)
+from pulsegraph.compute.apps.base import AppDelta, AppGraph, Application, AppResult
+from pulsegraph.compute.apps.components import Components
+from pulsegraph.compute.apps.exposure import Exposure
+from pulsegraph.compute.apps.landmarks import Landmarks
+from pulsegraph.compute.apps.trends import Trends
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class AppConfig:
     landmarks: int = 16
     landmark_drift: float = 0.25
     topics_budget: float | None = None  # None: recount the exposure curves every epoch
-    # The adjacency's overlay may reach this share of its base before it is rebuilt (compute.apps.adjacency).
+    # The adjacency's overlay may reach this share of its base before it is rebuilt (pulsegraph.compute.apps.adjacency).
     compact_fraction: float = COMPACT_FRACTION
     compact_min: int = COMPACT_MIN
     # True: build the adjacency from the graph every epoch, as before it was kept (the reference
@@ -47,7 +51,7 @@ class AppConfig:
 
     @classmethod
     def from_settings(cls, settings) -> AppConfig:
-        """From the settings' fields (or a dict of some of them); duck-typed like :class:`~compute.engine.RankConfig`."""
+        """From the settings' fields (or a dict of some of them); duck-typed like :class:`~pulsegraph.compute.engine.RankConfig`."""
         get = settings.get if isinstance(settings, dict) else lambda k: getattr(settings, k, None)
         kw: dict[str, Any] = {k: get(k) for k in APP_SETTINGS if get(k) is not None}
         return cls(**kw)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute.apps.base import AppDelta, AppGraph, Application, AppResult
+from pulsegraph.compute.apps.base import AppDelta, AppGraph, Application, AppResult
 
 TAGS = "tags"
 

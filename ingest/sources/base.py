@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ingest.exceptions import SourceError
+from pulsegraph.ingest.exceptions import SourceError
 
 
 class Record(NamedTuple):

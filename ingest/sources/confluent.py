@@ -3,7 +3,7 @@
 librdkafka fetches and checks records in C on its own threads and prefetches
 ahead of the ingest loop; Python only sees a list of messages per ``consume``.
 Everything but the library calls (start offsets, queues, positions, backoff,
-lag, commits to the group) is :class:`ingest.sources.kafka.BaseKafkaClient`'s.
+lag, commits to the group) is :class:`pulsegraph.ingest.sources.kafka.BaseKafkaClient`'s.
 
 librdkafka reconnects to a broker by itself and resumes fetching where it was,
 so a live consumer is never rebuilt: a transport error (reported through
@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ingest.sources.base import Record
-from ingest.sources.kafka import (
+from pulsegraph.ingest.sources.base import Record
+from pulsegraph.ingest.sources.kafka import (
     POLL_TIMEOUT_S,
     RECONNECT_BACKOFF_MAX_MS,
     REQUEST_TIMEOUT_MS,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import IO
 
-from ingest.exceptions import SourceError
-from ingest.sources.base import RateLimiter, Record, SourcePartition
+from pulsegraph.ingest.exceptions import SourceError
+from pulsegraph.ingest.sources.base import RateLimiter, Record, SourcePartition
 
 
 class FilePartition(SourcePartition):

@@ -20,7 +20,7 @@ off). A position below a partition's log start, at start-up or mid-stream
 the records in between are lost, logged and counted (``retention_lost``, in
 ``/health``). A position above the log end means the log lost records this
 history already applied (an unclean leader election, a topic deleted and
-re-created): that raises :class:`~ingest.exceptions.SourceError`, the pipeline
+re-created): that raises :class:`~pulsegraph.ingest.exceptions.SourceError`, the pipeline
 relaunches, and its launch check stops the service with the operator action.
 
 A broker that is unreachable, at start or mid-stream, is retried with capped
@@ -30,7 +30,7 @@ exponential backoff; meanwhile the partitions hand out nothing and report
 This module owns that behaviour once, in :class:`BaseKafkaClient` (start
 offsets, per-partition queues, ``take``, positions, backoff, lag, commits), and
 the kafka-python client, :class:`KafkaClient`; the librdkafka client,
-``ConfluentKafkaClient``, is in :mod:`ingest.sources.confluent`. A client only
+``ConfluentKafkaClient``, is in :mod:`pulsegraph.ingest.sources.confluent`. A client only
 connects, polls, reads end offsets, commits and closes.
 """
 
@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.sources.base import Record, SourcePartition
+from pulsegraph.ingest.sources.base import Record, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class BaseKafkaClient(abc.ABC):
 
     def _out_of_range(self, p: int) -> None:
         """The broker has no record at the next offset to fetch: retention passed it, or the log is shorter."""
-        from ingest.exceptions import SourceError
+        from pulsegraph.ingest.exceptions import SourceError
 
         begin, end = self._watermarks_of(p)
         at = self._fetched[p]
@@ -448,7 +448,7 @@ def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
     from kafka.admin import KafkaAdminClient
     from kafka.errors import UnknownTopicOrPartitionError
 
-    from ingest.exceptions import SourceError
+    from pulsegraph.ingest.exceptions import SourceError
 
     missing = SourceError(
         f"Kafka topic {topic!r} does not exist at {bootstrap}. "

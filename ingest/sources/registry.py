@@ -1,15 +1,15 @@
 """Which partition class each source kind opens: the one module that knows every concrete source.
 
-:mod:`ingest.sources.base` holds the contract and the spec; the sources import
+:mod:`pulsegraph.ingest.sources.base` holds the contract and the spec; the sources import
 it, and this module imports them, so no import runs in a circle.
 """
 
 from __future__ import annotations
 
-from ingest.exceptions import SourceError
-from ingest.sources.base import SourcePartition, SourceSpec
-from ingest.sources.file import FilePartition
-from ingest.sources.synthetic import SyntheticPartition
+from pulsegraph.ingest.exceptions import SourceError
+from pulsegraph.ingest.sources.base import SourcePartition, SourceSpec
+from pulsegraph.ingest.sources.file import FilePartition
+from pulsegraph.ingest.sources.synthetic import SyntheticPartition
 
 
 def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) -> list[SourcePartition]:
@@ -19,11 +19,16 @@ def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) 
     if unknown:
         raise SourceError(f"source {spec.kind!r} has no partitions {sorted(unknown)}")
     if spec.kind == "kafka":
-        from ingest.sources.kafka import BaseKafkaClient, KafkaClient, KafkaPartition, partition_number
+        from pulsegraph.ingest.sources.kafka import (
+            BaseKafkaClient,
+            KafkaClient,
+            KafkaPartition,
+            partition_number,
+        )
 
         client_class: type[BaseKafkaClient]
         if spec.kafka_client == "confluent":
-            from ingest.sources.confluent import ConfluentKafkaClient
+            from pulsegraph.ingest.sources.confluent import ConfluentKafkaClient
 
             client_class = ConfluentKafkaClient
         elif spec.kafka_client == "kafka-python":

@@ -13,7 +13,7 @@ import math
 import msgspec
 import numpy as np
 
-from ingest.sources.base import RateLimiter, Record, SourcePartition
+from pulsegraph.ingest.sources.base import RateLimiter, Record, SourcePartition
 
 BLOCK = 1024
 # Zipf exponents: who tweets and who is mentioned are heavy-tailed, as in

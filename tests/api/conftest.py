@@ -10,10 +10,10 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.edge import server_config
-from ingest.eventlog import EventLog
-from ingest.transforms import get_transform
+from pulsegraph.api.app import create_app
+from pulsegraph.api.edge import server_config
+from pulsegraph.ingest.eventlog import EventLog
+from pulsegraph.ingest.transforms import get_transform
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 

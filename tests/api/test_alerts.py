@@ -1,6 +1,6 @@
 """Alerts (issue 13): the rules API, the evaluator on hand-built epochs, the page and the stream.
 
-The epochs are real :class:`~compute.results.EpochResult` objects in a real ResultStore (as the feed
+The epochs are real :class:`~pulsegraph.compute.results.EpochResult` objects in a real ResultStore (as the feed
 adds them); the rules go through the real app, and the stream through a real uvicorn server.
 """
 
@@ -19,16 +19,16 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from api import alert_rules
-from api import alerts as alerts_mod
-from api.alerts import AlertBook, evaluate
-from api.app import create_app
-from api.edge import EdgeLimits, server_config
-from api.exceptions import AlertRulesError
-from api.store import ResultStore
-from compute.apps.components import ComponentsResult
-from compute.apps.exposure import TopicsResult
-from compute.ids import NameChanges
+from pulsegraph.api import alert_rules
+from pulsegraph.api import alerts as alerts_mod
+from pulsegraph.api.alerts import AlertBook, evaluate
+from pulsegraph.api.app import create_app
+from pulsegraph.api.edge import EdgeLimits, server_config
+from pulsegraph.api.exceptions import AlertRulesError
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.exposure import TopicsResult
+from pulsegraph.compute.ids import NameChanges
 from tests.api.conftest import TOKEN, free_port
 from tests.pulsegraph.test_results_topic import result
 
@@ -72,7 +72,7 @@ def filled(n: int = 3) -> ResultStore:
 def rule(book: AlertBook, **spec):
     from pydantic import TypeAdapter
 
-    from api.models import RuleSpec
+    from pulsegraph.api.models import RuleSpec
 
     return book.add(TypeAdapter(RuleSpec).validate_python(spec))
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.store import ResultStore
+from pulsegraph.api.app import create_app
+from pulsegraph.api.store import ResultStore
 
 EPOCH_KEYS = {"epoch", "vector", "records", "vertices", "edges", "committed_at", "timeliness_ms", "skipped", "error_bounds",
               "window", "watermark", "late", "ranked_at"}

@@ -12,15 +12,15 @@ import time
 import numpy as np
 import pytest
 
-from api.archive import ResultArchive, write_mapped
-from api.exceptions import NotFound
-from api.store import ResultStore
-from compute.apps.components import ComponentsResult
-from compute.apps.exposure import TopicsResult
-from compute.apps.landmarks import LandmarksResult
-from compute.graph import EdgeChanges
-from compute.ids import NameChanges
-from compute.results import EpochResult
+from pulsegraph.api.archive import ResultArchive, write_mapped
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.exposure import TopicsResult
+from pulsegraph.compute.apps.landmarks import LandmarksResult
+from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 
 NAMES = [f"v{i}" for i in range(6)]
 

@@ -14,16 +14,16 @@ import time
 import numpy as np
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.archive import ResultArchive
-from api.store import HOT_EPOCHS, ResultStore
-from compute.apps.components import ComponentsResult
-from compute.apps.exposure import TopicsResult
-from compute.apps.landmarks import LandmarksResult
-from compute.apps.trends import TrendsResult
-from compute.graph import EdgeChanges
-from compute.ids import NameChanges
-from compute.results import EpochResult
+from pulsegraph.api.app import create_app
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.store import HOT_EPOCHS, ResultStore
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.exposure import TopicsResult
+from pulsegraph.compute.apps.landmarks import LandmarksResult
+from pulsegraph.compute.apps.trends import TrendsResult
+from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 
 N = 300
 NAMES = [f"v{i}" for i in range(N)] + ["#tag0", "#tag1", "#tag2"]
@@ -151,7 +151,7 @@ def test_a_restart_serves_archived_epochs_memory_mapped_with_their_ranks(tmp_pat
 
 def test_a_retained_epoch_keeps_its_top_not_its_whole_order(tmp_path):
     """Per retained epoch the store keeps the top TOP_CACHE ids, not an array per vertex behind them."""
-    from api.store import TOP_CACHE
+    from pulsegraph.api.store import TOP_CACHE
 
     n = 20 * TOP_CACHE
     rng = np.random.default_rng(1)

@@ -16,8 +16,8 @@ import time
 import pytest
 import uvicorn
 
-from api.app import create_app
-from api.edge import server_config
+from pulsegraph.api.app import create_app
+from pulsegraph.api.edge import server_config
 from tests.api.conftest import free_port
 
 CHROMIUM = "/usr/bin/chromium"

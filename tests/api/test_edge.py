@@ -18,8 +18,8 @@ import orjson
 import pytest
 import uvicorn
 
-from api.edge import EdgeLimits, server_config
-from api.stream import sse_frame
+from pulsegraph.api.edge import EdgeLimits, server_config
+from pulsegraph.api.stream import sse_frame
 from tests.api.conftest import TOKEN, app_for, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -8,14 +8,14 @@ import time
 import numpy as np
 import ray
 
-from api.feed import ResultFeed
-from api.store import ResultStore
-from compute.apps.base import Patch
-from compute.apps.components import ComponentsResult
-from compute.apps.landmarks import LandmarksResult
-from compute.graph import EdgeChanges
-from compute.ids import NameChanges
-from compute.results import EpochResult
+from pulsegraph.api.feed import ResultFeed
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.apps.base import Patch
+from pulsegraph.compute.apps.components import ComponentsResult
+from pulsegraph.compute.apps.landmarks import LandmarksResult
+from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 
 N = 200_000  # arrays well above Ray's inline limit (100 KB), so they travel through the object store
 

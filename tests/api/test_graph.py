@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from api.graph import MAX_TYPES, MAX_VERTICES, GraphHistory
-from compute.graph import EdgeChanges
-from ingest import keyindex
+from pulsegraph.api.graph import MAX_TYPES, MAX_VERTICES, GraphHistory
+from pulsegraph.base import keyindex
+from pulsegraph.compute.graph import EdgeChanges
 
 
 def random_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 3):

@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from api.history import ArrayHistory
-from compute.apps.base import Patch
+from pulsegraph.api.history import ArrayHistory
+from pulsegraph.compute.apps.base import Patch
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -7,9 +7,9 @@ from fastapi.testclient import TestClient
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from api.app import create_app
-from api.store import ResultStore
-from ingest.transforms import get_transform
+from pulsegraph.api.app import create_app
+from pulsegraph.api.store import ResultStore
+from pulsegraph.ingest.transforms import get_transform
 from pulsegraph.service import kafka_sink
 
 TOKEN = "kafka-sink-token-7c1e9a2b4d"

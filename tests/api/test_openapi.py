@@ -4,7 +4,7 @@ No expected status is relaxed: a value the schema allows is never refused (posit
 value it forbids is refused with 4xx (negative data rejection), every answer is documented and has the
 documented shape and type, auth is not ignored, unsupported methods are 405 with a true ``Allow``, and
 every answer comes within MAX_RESPONSE_S. The server is uvicorn with the service's edge
-(:func:`api.edge.server_config`) over a store filled with the shared pipeline's real epochs; POSTed
+(:func:`pulsegraph.api.edge.server_config`) over a store filled with the shared pipeline's real epochs; POSTed
 events go to a list, so random events never reach the pipeline's log.
 """
 
@@ -19,12 +19,12 @@ import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
-from api.app import create_app
-from api.edge import server_config
-from api.models import ALGORITHMS
-from api.store import ResultStore
-from compute.ids import NameChanges
-from ingest.transforms import get_transform
+from pulsegraph.api.app import create_app
+from pulsegraph.api.edge import server_config
+from pulsegraph.api.models import ALGORITHMS
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.ingest.transforms import get_transform
 from tests.api.conftest import TOKEN, free_port
 
 # Enough to reach every parameter's edges; ~20 operations x this stays around a minute.
@@ -73,6 +73,6 @@ def test_the_api_keeps_its_own_contract(case, live):
 
 
 def test_the_schema_names_the_algorithms_the_compute_stage_ranks(ray_cluster):
-    from compute.engine import RankEngine
+    from pulsegraph.compute.engine import RankEngine
 
     assert tuple(sorted(RankEngine().algorithms)) == tuple(sorted(ALGORITHMS))

@@ -6,8 +6,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from api.app import create_app
-from api.store import ResultStore
+from pulsegraph.api.app import create_app
+from pulsegraph.api.store import ResultStore
 from pulsegraph.settings import Settings
 
 TOKEN = "hT3v_QwYz8pL0cR5nK2mX9aB7dF4gJ6s-Ue1"  # random, as an operator would generate it

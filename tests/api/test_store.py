@@ -1,7 +1,7 @@
 """The store's vertex names under reused ids (window mode), and the epochs it lets go because of them.
 
-Real :class:`~compute.results.EpochResult` objects in a real ResultStore, with the
-:class:`~compute.ids.NameChanges` the compute actor hands the feed.
+Real :class:`~pulsegraph.compute.results.EpochResult` objects in a real ResultStore, with the
+:class:`~pulsegraph.compute.ids.NameChanges` the compute actor hands the feed.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import api.names
-from api.exceptions import NotFound
-from api.store import ResultStore
-from compute.ids import NameChanges
-from compute.results import EpochResult
+import pulsegraph.api.names
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 
 NAMES = ["a", "b", "c", "d", "e"]
 
@@ -92,11 +92,11 @@ def reference_names(names: list[str], index: dict[str, int], changes: NameChange
     return names, index
 
 
-@pytest.mark.parametrize("rebuild_min", [api.names.REBUILD_MIN, 0])
+@pytest.mark.parametrize("rebuild_min", [pulsegraph.api.names.REBUILD_MIN, 0])
 @pytest.mark.parametrize("seed", range(20))
 def test_names_patched_in_place_match_the_names_written_one_by_one(seed, rebuild_min, monkeypatch):
     # The sorted names rebuilt as rarely as the service does (never, for so few names), and every time.
-    monkeypatch.setattr(api.names, "REBUILD_MIN", rebuild_min)
+    monkeypatch.setattr(pulsegraph.api.names, "REBUILD_MIN", rebuild_min)
     rng = np.random.default_rng(seed)
     pool = ["", *(f"n{k}" for k in range(12))]  # few names, so they move between ids and come back
     store = ResultStore(retain=4)
@@ -166,7 +166,7 @@ def test_the_retention_still_bounds_the_epochs_kept():
 def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
     """Each epoch an edge a -> x lives and the one before dies: once the store lets an epoch go (ids
     reused), its undo record and the slot of an edge only it saw live are gone too, reused by new edges."""
-    from compute.graph import EdgeChanges  # noqa: PLC0415
+    from pulsegraph.compute.graph import EdgeChanges  # noqa: PLC0415
 
     store = ResultStore(retain=100)
     store.add([], NameChanges(0, NAMES))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from api.stream import Broadcaster, sse_frame
+from pulsegraph.api.stream import Broadcaster, sse_frame
 
 
 def test_a_slow_client_keeps_only_the_newest_epoch():

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.archive import ResultArchive
-from api.store import ResultStore
-from compute.ids import NameChanges
-from compute.stage import ComputeStage
+from pulsegraph.api.app import create_app
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.store import ResultStore
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.stage import ComputeStage
 from pulsegraph.results_topic import epoch_record
 from tests.compute.test_window import RANKED, WINDOW, window_epochs
 
@@ -58,7 +58,7 @@ def test_epoch_objects_carry_the_window_and_the_watermark(client):
     assert wm == sorted(wm, reverse=True)  # newest first, watermarks only grow
     one = c.get(f"/v1/epochs/{items[-1]['epoch']}").json()
     assert one == items[-1]
-    # The SSE stream sends these same bytes (api.app publishes view.info_json per epoch).
+    # The SSE stream sends these same bytes (pulsegraph.api.app publishes view.info_json per epoch).
     assert json.loads(store.get().info_json) == latest
 
 

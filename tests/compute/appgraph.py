@@ -2,20 +2,20 @@
 
 It only packs what a test decides into the delta format (local ids, slots,
 absolute multiplicities, last-writer-wins attributes); the graph merge itself is
-the real :class:`compute.graph.GlobalGraph`, and the applications run through the
-real :class:`compute.apps.runner.Applications`.
+the real :class:`pulsegraph.compute.graph.GlobalGraph`, and the applications run through the
+real :class:`pulsegraph.compute.apps.runner.Applications`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from compute.apps.base import Patch
-from compute.apps.landmarks import UNREACHABLE
-from compute.apps.runner import AppConfig, Applications
-from compute.graph import GlobalGraph
-from ingest.events import EdgeUpdate, VertexUpdate
-from snapshots.delta import EpochDelta
+from pulsegraph.compute.apps.base import Patch
+from pulsegraph.compute.apps.landmarks import UNREACHABLE
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.ingest.events import EdgeUpdate, VertexUpdate
+from pulsegraph.snapshots.delta import EpochDelta
 
 
 class Stream:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute.backend import cupy_gpu_count, get_backend, numpy_backend
+from pulsegraph.compute.backend import cupy_gpu_count, get_backend, numpy_backend
 
 
 @pytest.fixture(

@@ -15,15 +15,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compute.apps.adjacency import AppAdjacency, RowTable, pack
-from compute.apps.base import Patch
-from compute.apps.runner import AppConfig, Applications
-from compute.stage import ComputeStage, SealedEpoch
-from ingest.batch import Router
-from snapshots.store import ShardStore
+from pulsegraph.compute.apps.adjacency import AppAdjacency, RowTable, pack
+from pulsegraph.compute.apps.base import Patch
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.ingest.batch import Router
+from pulsegraph.snapshots.epoch import EpochInfo
+from pulsegraph.snapshots.store import ShardStore
 from tests.compute.appgraph import Stream
 from tests.compute.test_apps import random_tweet_epochs
-from snapshots.epoch import EpochInfo
 
 # (compact_fraction, compact_min): rebuild after every change, now and then, never.
 COMPACTIONS = [(0.0, 0), (0.2, 6), (1e9, 10**9)]

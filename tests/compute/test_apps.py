@@ -14,16 +14,16 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from compute.apps.base import AppGraph, Patch
-from compute.apps.components import Components
-from compute.apps.exposure import Exposure
-from compute.apps.landmarks import UNREACHABLE, estimate
-from compute.apps.runner import AppConfig, Applications
-from compute.graph import EdgeChanges, GlobalGraph
-from ingest.batch import Router
-from ingest.events import EdgeUpdate, Tweet, fixed_weight
-from ingest.transforms import tweets_transform
-from snapshots.store import ShardStore
+from pulsegraph.compute.apps.base import AppGraph, Patch
+from pulsegraph.compute.apps.components import Components
+from pulsegraph.compute.apps.exposure import Exposure
+from pulsegraph.compute.apps.landmarks import UNREACHABLE, estimate
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import EdgeUpdate, Tweet, fixed_weight
+from pulsegraph.ingest.transforms import tweets_transform
+from pulsegraph.snapshots.store import ShardStore
 from tests.compute.appgraph import Stream
 
 
@@ -363,7 +363,7 @@ def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chun
     the hashtags in groups of a few adoptions and the mention edges read a few at a time."""
     for name, value in (("COUNT_CHUNK_PAIRS", chunk), ("GROUP_ADOPTIONS", group), ("EDGE_BLOCK", block)):
         if value is not None:
-            monkeypatch.setattr(f"compute.apps.exposure.{name}", value)
+            monkeypatch.setattr(f"pulsegraph.compute.apps.exposure.{name}", value)
     epochs = random_tweet_epochs(seed)
     model, st = ExposureModel(), Stream()
     for e, ((g, apps, out), batch) in enumerate(zip(shard_epochs(epochs), epochs), start=1):
@@ -393,8 +393,8 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
     chains and single-parent leaves among them, against a BFS of the graph that is left."""
     import scipy.sparse as sp
 
-    from compute.apps.base import CSR
-    from compute.apps.landmarks import UNREACHABLE, bfs, repair
+    from pulsegraph.compute.apps.base import CSR
+    from pulsegraph.compute.apps.landmarks import UNREACHABLE, bfs, repair
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -421,8 +421,8 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
 
 def test_a_path_longer_than_uint16_hops_reads_as_unreachable_past_the_last_hop():
     """Distances are uint16: past 65,534 hops a vertex reads as unreachable, and no hop count wraps to 0."""
-    from compute.apps.base import CSR
-    from compute.apps.landmarks import UNREACHABLE, bfs
+    from pulsegraph.compute.apps.base import CSR
+    from pulsegraph.compute.apps.landmarks import UNREACHABLE, bfs
 
     n = int(UNREACHABLE) + 3
     chain = CSR(np.concatenate([np.arange(n, dtype=np.int64), [n - 1]]), np.arange(1, n, dtype=np.int64))

@@ -8,11 +8,11 @@ import random
 
 import numpy as np
 
-from compute.apps.runner import Applications
-from compute.graph import GlobalGraph
-from ingest.batch import Router
-from ingest.transforms import get_transform
-from snapshots.store import ShardStore
+from pulsegraph.compute.apps.runner import Applications
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.transforms import get_transform
+from pulsegraph.snapshots.store import ShardStore
 
 TWEETS = get_transform("tweets")
 
@@ -41,7 +41,7 @@ def topics_by_cuts(records: list[bytes], cuts: list[int]) -> dict:
     out = None
     for epoch, high in enumerate(cuts, start=1):
         merged = [g.apply_with_previous(s.apply(epoch, {"p": high})[1]) for s in stores]
-        from compute.graph import EdgeChanges
+        from pulsegraph.compute.graph import EdgeChanges
 
         changes = EdgeChanges.concat([c for c, _ in merged])
         before = EdgeChanges.concat([b for _, b in merged])

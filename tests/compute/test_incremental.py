@@ -16,12 +16,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from compute.backend import cupy_gpu_count, get_backend, numpy_backend
-from compute.engine import RankConfig, RankEngine
-from compute.exceptions import BackendUnavailable, PowerIterationFailedConvergence
-from compute.pagerank import pagerank
-from compute.resident import ResidentGraph
-from compute.tunkrank import tunkrank
+from pulsegraph.compute.backend import cupy_gpu_count, get_backend, numpy_backend
+from pulsegraph.compute.engine import RankConfig, RankEngine
+from pulsegraph.compute.exceptions import (
+    BackendUnavailable,
+    PowerIterationFailedConvergence,
+)
+from pulsegraph.compute.pagerank import pagerank
+from pulsegraph.compute.resident import ResidentGraph
+from pulsegraph.compute.tunkrank import tunkrank
 
 UNIT = 1_000_000  # fixed-point weight units, as the snapshot stage sends them
 
@@ -195,7 +198,7 @@ def test_auto_says_why_an_installed_cupy_cannot_be_used(monkeypatch, caplog):
 
     fake = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_driver)))
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    with caplog.at_level("WARNING", logger="compute.backend"):
+    with caplog.at_level("WARNING", logger="pulsegraph.compute.backend"):
         assert get_backend("auto") is numpy_backend()
     assert "insufficient" in caplog.text and "gpu-cuda12" in caplog.text
     with pytest.raises(BackendUnavailable, match=r"CuPy 14.2.0 sees no GPU.*Operator action"):
@@ -204,7 +207,7 @@ def test_auto_says_why_an_installed_cupy_cannot_be_used(monkeypatch, caplog):
 
 def test_the_algorithms_import_without_ray_fastapi_or_cupy():
     code = (
-        "import sys, compute.engine, compute.pagerank, compute.tunkrank, compute.backend;"
+        "import sys, pulsegraph.compute.engine, pulsegraph.compute.pagerank, pulsegraph.compute.tunkrank, pulsegraph.compute.backend;"
         "bad = {'ray', 'fastapi', 'cupy', 'msgspec'} & set(sys.modules); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

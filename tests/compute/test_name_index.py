@@ -1,4 +1,4 @@
-"""The compute stage's name -> id index (:class:`compute.ids.NameIndex`) against a dict.
+"""The compute stage's name -> id index (:class:`pulsegraph.compute.ids.NameIndex`) against a dict.
 
 The index keeps 64-bit hashes, so a clash of two names is rare enough never to be met by chance;
 the tests force clashes with a hash of a handful of values (monkeypatched in place of Python's
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import snapshots.nametable
-from compute.ids import NameIndex
+import pulsegraph.snapshots.nametable
+from pulsegraph.compute.ids import NameIndex
 from tests.compute import test_reuse
 
 
@@ -24,7 +24,7 @@ def few_hashes(names: list[str]) -> np.ndarray:
 @pytest.fixture(params=["python", "clashing"])
 def hashing(request, monkeypatch):
     if request.param == "clashing":
-        monkeypatch.setattr(snapshots.nametable, "hashes", few_hashes)
+        monkeypatch.setattr(pulsegraph.snapshots.nametable, "hashes", few_hashes)
     return request.param
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from compute.exceptions import PowerIterationFailedConvergence
-from compute.pagerank import pagerank, pagerank_reference
+from pulsegraph.compute.exceptions import PowerIterationFailedConvergence
+from pulsegraph.compute.pagerank import pagerank, pagerank_reference
 
 
 def to_csr(g: nx.DiGraph) -> tuple[list, sp.csr_matrix]:

@@ -1,22 +1,22 @@
 """Global vertex ids given back and reused under a window (compute/graph.py, "Reused ids").
 
-Real shard stores with a window feed a :class:`~compute.graph.GlobalGraph` a stream of ever new
+Real shard stores with a window feed a :class:`~pulsegraph.compute.graph.GlobalGraph` a stream of ever new
 vertices, so without reuse the id space grows with every vertex ever seen. Held against: the
 window's edges by name at every epoch, an id space as large as the window plus the reuse delay,
 the same ids however the epochs are batched and after a restart from checkpoints, and a consumer's
-copy of the names kept only from :meth:`~compute.graph.GlobalGraph.name_changes`.
+copy of the names kept only from :meth:`~pulsegraph.compute.graph.GlobalGraph.name_changes`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from compute.graph import GlobalGraph
-from compute.ids import VertexIds
-from ingest.batch import Router
-from ingest.events import EdgeUpdate
-from snapshots.delta import EpochDelta
-from snapshots.store import ShardStore
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.ids import VertexIds
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import EdgeUpdate
+from pulsegraph.snapshots.delta import EpochDelta
+from pulsegraph.snapshots.store import ShardStore
 
 WINDOW = 3.0  # event time runs one second an epoch: three epochs of edges are live
 SHARDS = 2

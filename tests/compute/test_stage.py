@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compute.stage import ComputeStage, SealedEpoch
-from ingest.batch import Router
-from snapshots.store import ShardStore
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.ingest.batch import Router
+from pulsegraph.snapshots.epoch import EpochInfo
+from pulsegraph.snapshots.store import ShardStore
 from tests.compute.test_apps import random_tweet_epochs
-from snapshots.epoch import EpochInfo
 
 
 def sealed(seed: int, shards: int = 3) -> list[SealedEpoch]:

@@ -7,8 +7,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from compute.pagerank import pagerank
-from compute.tunkrank import tunkrank, tunkrank_reference
+from pulsegraph.compute.pagerank import pagerank
+from pulsegraph.compute.tunkrank import tunkrank, tunkrank_reference
 from tests.compute.test_pagerank import small_graphs, to_csr
 
 

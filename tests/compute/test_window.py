@@ -19,21 +19,21 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from api.graph import GraphHistory
-from compute.apps.adjacency import AppAdjacency
-from compute.apps.runner import AppConfig, Applications
-from compute.graph import EdgeChanges, GlobalGraph
-from compute.pagerank import pagerank_reference
-from compute.stage import ComputeStage, SealedEpoch
-from compute.tunkrank import tunkrank_reference
-from snapshots.delta import EpochDelta
+from pulsegraph.api.graph import GraphHistory
+from pulsegraph.compute.apps.adjacency import AppAdjacency
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.pagerank import pagerank_reference
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.tunkrank import tunkrank_reference
+from pulsegraph.snapshots.delta import EpochDelta
+from pulsegraph.snapshots.epoch import EpochInfo
 from tests.compute.test_adjacency import TYPES, held, held_typed
 from tests.compute.test_stage import published
-from snapshots.epoch import EpochInfo
 
 RANKED = ("mentions", "replies")
 WINDOW = 60.0
-UNIT = 1_000_000  # a weight of 1.0 in fixed point (ingest.events.WEIGHT_SCALE)
+UNIT = 1_000_000  # a weight of 1.0 in fixed point (pulsegraph.ingest.events.WEIGHT_SCALE)
 
 
 class WindowShards:
@@ -359,7 +359,7 @@ def test_without_a_window_every_vertex_stays_and_the_epoch_says_so():
 def test_the_engine_ranks_the_present_subgraph_on_every_backend(backend, method):
     """The rank engine alone (the part that runs on CuPy): vertices leave (their edges go, b goes to 0)
     and come back, by the push path and by full-graph solves; each epoch against the references."""
-    from compute.engine import RankConfig, RankEngine  # noqa: PLC0415
+    from pulsegraph.compute.engine import RankConfig, RankEngine  # noqa: PLC0415
 
     rng = np.random.default_rng(7)
     n = 40
@@ -404,7 +404,7 @@ def test_the_engine_ranks_the_present_subgraph_on_every_backend(backend, method)
     assert np.abs(kept["pagerank"] - again["pagerank"]).sum() <= 2e-7
 
 
-# -- against the real shard stores with a window (snapshots.store) ------------------------------------------
+# -- against the real shard stores with a window (pulsegraph.snapshots.store) ------------------------------------------
 
 
 def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: float = 6.0, recycled: list | None = None,
@@ -415,9 +415,9 @@ def shard_window_epochs(seed: int, epochs: int = 16, shards: int = 3, window: fl
     many, at the end)."""
     import random  # noqa: PLC0415
 
-    from ingest.batch import Router  # noqa: PLC0415
-    from ingest.events import EdgeUpdate, fixed_weight  # noqa: PLC0415
-    from snapshots.store import ShardStore  # noqa: PLC0415
+    from pulsegraph.ingest.batch import Router  # noqa: PLC0415
+    from pulsegraph.ingest.events import EdgeUpdate, fixed_weight  # noqa: PLC0415
+    from pulsegraph.snapshots.store import ShardStore  # noqa: PLC0415
     from tests.compute.test_apps import tweet  # noqa: PLC0415
     from tests.graphref import merge  # noqa: PLC0415
 
@@ -459,7 +459,7 @@ def test_real_windowed_shards_rank_as_their_window(seed, reuse_after):
     """The shards' own windowed snapshots (what the shard side holds to its definition) are the reference:
     the stage, one epoch at a time and in merged pairs, must hold that graph and rank it, with vertex
     ids reused (``reuse_after``) the same in both."""
-    from ingest.events import WEIGHT_SCALE  # noqa: PLC0415
+    from pulsegraph.ingest.events import WEIGHT_SCALE  # noqa: PLC0415
 
     ranked = ("mentions",)
     one, many = ComputeStage(ranked, reuse_after=reuse_after), ComputeStage(ranked, reuse_after=reuse_after)

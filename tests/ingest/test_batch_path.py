@@ -15,11 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import batch as batch_module
-from ingest.batch import Router
-from ingest.events import encode_attrs
-from ingest.exceptions import BadRecord
-from ingest.transforms import MAX_TWEET_FANOUT, Event, _user_attrs, get_transform
+from pulsegraph.ingest import batch as batch_module
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import encode_attrs
+from pulsegraph.ingest.exceptions import BadRecord
+from pulsegraph.ingest.transforms import (
+    MAX_TWEET_FANOUT,
+    Event,
+    _user_attrs,
+    get_transform,
+)
 from tests.ingest.test_transforms import _records
 
 N_SHARDS = 3

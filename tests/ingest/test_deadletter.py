@@ -5,7 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from ingest.deadletter import MAX_RECORD_CHARS, DeadLetter, FileDeadLetterSink
+from pulsegraph.ingest.deadletter import (
+    MAX_RECORD_CHARS,
+    DeadLetter,
+    FileDeadLetterSink,
+)
 
 
 def read_lines(path):
@@ -93,7 +97,7 @@ def test_a_replay_after_recovery_writes_no_letter_twice(tmp_path, monkeypatch):
     """A recovery reopens the sink where its partitions resume and replays the records after it:
     their letters are skipped, the new ones written, once each. Read back in small chunks, so lines
     straddle the chunk boundaries."""
-    import ingest.deadletter as dl
+    import pulsegraph.ingest.deadletter as dl
 
     monkeypatch.setattr(dl, "READ_BACK_BYTES", 37)
     path = tmp_path / "dead.jsonl"

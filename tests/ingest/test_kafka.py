@@ -20,7 +20,7 @@ import ray
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from ingest.sources import SourceSpec, open_partitions
+from pulsegraph.ingest.sources import SourceSpec, open_partitions
 from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
@@ -134,7 +134,7 @@ def test_a_busy_partition_beside_an_idle_one_queues_a_bounded_number_of_records(
     client fetch: without a bound the busy partition's queue grows by a fetch every round (400k records
     after 200 rounds, measured). With it nothing is fetched while a queue is full, and the busy
     partition still hands out every record once, in order."""
-    import ingest.sources.kafka as kafka_source
+    import pulsegraph.ingest.sources.kafka as kafka_source
 
     monkeypatch.setattr(kafka_source, "MAX_QUEUED_RECORDS", 1500)
     topic = kafka_broker.topic()
@@ -312,7 +312,7 @@ def test_a_pretty_printed_event_is_one_event_and_packed_messages_stay_packed(ray
 def test_malformed_records_go_to_the_dlq_topic_once_even_after_a_relaunch(ray_cluster, kafka_broker, tmp_path):
     """Every bad record is in the DLQ topic exactly once, though a relaunch with no checkpoint replays the
     whole topic; one too large for the DLQ topic is cut, with its size in a header."""
-    from ingest.deadletter import MAX_KAFKA_VALUE_BYTES
+    from pulsegraph.ingest.deadletter import MAX_KAFKA_VALUE_BYTES
     from tests.pulsegraph.test_recovery import relaunched
 
     topic = kafka_broker.topic()

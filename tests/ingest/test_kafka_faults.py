@@ -21,9 +21,9 @@ import time
 import httpx
 
 from pulsegraph.produce import produce
-from snapshots.checkpoint import CheckpointStore, read_verified
-from snapshots.epoch import EpochLog
-from snapshots.store import ShardStore
+from pulsegraph.snapshots.checkpoint import CheckpointStore, read_verified
+from pulsegraph.snapshots.epoch import EpochLog
+from pulsegraph.snapshots.store import ShardStore
 from tests.graphref import merge, reference
 from tests.ingest.test_kafka import consume_all, end_vector, produce_args
 from tests.pulsegraph.test_cli import free_port

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.batch import Router, shard_of
-from ingest.events import EdgeUpdate, Tweet, VertexUpdate
-from ingest.exceptions import SourceError
-from ingest.sources import RateLimiter, Record, SourceSpec, open_partitions
-from ingest.sources.synthetic import BASE_TS, BLOCK, NOMINAL_RATE
-from ingest.transforms import get_transform
+from pulsegraph.ingest.batch import Router, shard_of
+from pulsegraph.ingest.events import EdgeUpdate, Tweet, VertexUpdate
+from pulsegraph.ingest.exceptions import SourceError
+from pulsegraph.ingest.sources import RateLimiter, Record, SourceSpec, open_partitions
+from pulsegraph.ingest.sources.synthetic import BASE_TS, BLOCK, NOMINAL_RATE
+from pulsegraph.ingest.transforms import get_transform
 
 tweets = get_transform("tweets")
 P0, P1 = "synthetic:0", "synthetic:1"

@@ -8,9 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.events import MAX_ID_BYTES, WEIGHT_SCALE, EdgeUpdate, VertexUpdate, fixed_weight
-from ingest.exceptions import BadRecord, IngestError
-from ingest.transforms import MAX_TWEET_FANOUT, get_transform
+from pulsegraph.ingest.events import (
+    MAX_ID_BYTES,
+    WEIGHT_SCALE,
+    EdgeUpdate,
+    VertexUpdate,
+    fixed_weight,
+)
+from pulsegraph.ingest.exceptions import BadRecord, IngestError
+from pulsegraph.ingest.transforms import MAX_TWEET_FANOUT, get_transform
 
 edges = get_transform("edges")
 tweets = get_transform("tweets")

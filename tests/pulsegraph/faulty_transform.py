@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import os
 
-from ingest.events import AddEdge, GraphEvent
-from ingest.transforms import TRANSFORMS, Transform, edges_transform, register_transform
+from pulsegraph.ingest.events import AddEdge, GraphEvent
+from pulsegraph.ingest.transforms import (
+    TRANSFORMS,
+    Transform,
+    edges_transform,
+    register_transform,
+)
 
 CRASH_ONCE = "crash-once:"
 

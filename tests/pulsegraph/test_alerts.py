@@ -17,9 +17,9 @@ import numpy as np
 import orjson
 from pydantic import TypeAdapter
 
-from api.alerts import AlertBook
-from api.models import RuleSpec
-from api.store import EpochView
+from pulsegraph.api.alerts import AlertBook
+from pulsegraph.api.models import RuleSpec
+from pulsegraph.api.store import EpochView
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from tests.pulsegraph.test_results_topic import read_results

@@ -29,8 +29,8 @@ def test_every_setting_is_a_flag_that_names_its_variable():
 def test_the_compute_actor_gets_every_ranking_and_application_setting_by_its_name():
     """The compute configs name their settings once (RANK_SETTINGS, APP_SETTINGS); the wiring sends
     exactly those fields, and each one set reaches the config."""
-    from compute.apps.runner import AppConfig
-    from compute.engine import RankConfig
+    from pulsegraph.compute.apps.runner import AppConfig
+    from pulsegraph.compute.engine import RankConfig
     from pulsegraph.topology import RANKING_FIELDS
 
     assert RANKING_FIELDS <= set(Settings.model_fields)

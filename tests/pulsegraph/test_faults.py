@@ -16,9 +16,9 @@ import pytest
 import ray
 
 from pulsegraph.settings import Settings
+from pulsegraph.snapshots.epoch import EpochLog
+from pulsegraph.snapshots.exceptions import EpochLogError
 from pulsegraph.topology import Pipeline
-from snapshots.epoch import EpochLog
-from snapshots.exceptions import EpochLogError
 from tests.graphref import reference
 from tests.pulsegraph.test_pipeline import edge_lines, write
 from tests.pulsegraph.test_recovery import crash, relaunched

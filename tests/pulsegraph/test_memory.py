@@ -14,7 +14,14 @@ import time
 import pytest
 import ray
 
-from pulsegraph.memory import HIGH_WATER, LOW_WATER, OUTGROWN_AFTER_S, MemoryGuard, parse_size, service_memory
+from pulsegraph.memory import (
+    HIGH_WATER,
+    LOW_WATER,
+    OUTGROWN_AFTER_S,
+    MemoryGuard,
+    parse_size,
+    service_memory,
+)
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from tests.graphref import reference

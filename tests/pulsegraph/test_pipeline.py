@@ -17,13 +17,13 @@ import numpy as np
 import orjson
 import ray
 
-from compute.actor import ComputeActor
-from ingest.actor import IngestActor
-from ingest.sources import SourceSpec
+from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.ingest.actor import IngestActor
+from pulsegraph.ingest.sources import SourceSpec
 from pulsegraph.settings import Settings
+from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.topology import Pipeline
-from snapshots.coordinator import EpochCoordinator
-from snapshots.shard import ShardActor
 from tests.graphref import live_digraph, reference
 
 
@@ -193,7 +193,7 @@ def test_bad_records_go_to_the_dead_letter_file_and_the_good_ones_all_apply(ray_
 
 
 def test_events_appended_to_the_embedded_log_join_the_synthetic_stream(ray_cluster, tmp_path):
-    from ingest.eventlog import EventLog
+    from pulsegraph.ingest.eventlog import EventLog
 
     settings = Settings(source="synthetic", rate=500, data_dir=tmp_path / "data", epoch_interval="100ms", users=500)
     p = Pipeline(settings).start()
@@ -215,7 +215,7 @@ def test_events_appended_to_the_embedded_log_join_the_synthetic_stream(ray_clust
 
 def test_a_paced_stream_is_read_in_rounds_of_at_least_50_ms_not_record_by_record(ray_cluster, tmp_path):
     """Each round costs a call to every shard and a progress report: at a paced rate an ingest actor waits
-    for the next round to gather what arrives (ingest.actor.ROUND_MIN_S) instead of calling per record."""
+    for the next round to gather what arrives (pulsegraph.ingest.actor.ROUND_MIN_S) instead of calling per record."""
     lines = edge_lines(400, seed=3)
     write(tmp_path / "events.jsonl", lines)
     shards = [ShardActor.remote(i) for i in range(2)]

@@ -16,11 +16,11 @@ import orjson
 import ray
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from pulsegraph.api.app import create_app
 from pulsegraph.settings import Settings
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.epoch import EpochLog
 from pulsegraph.topology import Pipeline
-from snapshots.checkpoint import CheckpointStore
-from snapshots.epoch import EpochLog
 from tests.graphref import reference
 from tests.ingest.test_kafka_faults import checkpointed_graph
 from tests.pulsegraph.test_pipeline import edge_lines, write
@@ -102,7 +102,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one(ray_cluster, tmp_pa
     assert newest is not None
     shard_file = newest.shard_path(1)
     shard_file.write_bytes(shard_file.read_bytes()[:-7])  # a torn write
-    with caplog.at_level(logging.WARNING, logger="snapshots.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pulsegraph.snapshots.checkpoint"):
         previous = store.latest()
     assert previous is not None and previous.epoch < newest.epoch
     assert "unusable" in caplog.text and "checksum" in caplog.text

@@ -21,11 +21,17 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from api.store import ResultStore, certified_ranks
-from compute.ids import NameChanges
-from compute.results import EpochResult
+from pulsegraph.api.store import ResultStore, certified_ranks
+from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.results import EpochResult
 from pulsegraph.produce import produce
-from pulsegraph.results_topic import compare_recut, encode, epoch_record, read_last_committed, score_decimals
+from pulsegraph.results_topic import (
+    compare_recut,
+    encode,
+    epoch_record,
+    read_last_committed,
+    score_decimals,
+)
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from tests.graphref import live_digraph, reference
@@ -289,7 +295,7 @@ def test_a_second_service_with_the_same_transactional_id_fences_the_first_and_ea
 def test_the_top_answer_and_the_epoch_object_carry_the_bound_and_whether_it_certifies_the_order():
     from fastapi.testclient import TestClient
 
-    from api.app import create_app
+    from pulsegraph.api.app import create_app
 
     store = ResultStore()
     store.add([result(1, {"pagerank": [0.4, 0.3, 0.2999999, 0.0000001]}, {"pagerank": 1e-7})], NameChanges(0, ["a", "b", "c", "d"]))

@@ -16,8 +16,8 @@ import orjson
 import ray
 
 from pulsegraph.settings import Settings
+from pulsegraph.snapshots.epoch import EpochLog
 from pulsegraph.topology import Pipeline
-from snapshots.epoch import EpochLog
 from tests.graphref import merge, window_reference
 from tests.pulsegraph.test_pipeline import write
 from tests.pulsegraph.test_recovery import crash

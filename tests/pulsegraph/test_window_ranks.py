@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import ray
 
+from pulsegraph.snapshots.epoch import EpochLog
 from pulsegraph.topology import Pipeline
-from snapshots.epoch import EpochLog
 from tests.graphref import live_digraph, window_reference
 from tests.pulsegraph.test_pipeline import write
 from tests.pulsegraph.test_window import WINDOW, timed_lines, windowed

@@ -11,9 +11,14 @@ import json
 
 from hypothesis import strategies as st
 
-from ingest.batch import Router
-from ingest.events import GraphEvent
-from ingest.transforms import TRANSFORMS, Transform, edges_transform, register_transform
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import GraphEvent
+from pulsegraph.ingest.transforms import (
+    TRANSFORMS,
+    Transform,
+    edges_transform,
+    register_transform,
+)
 
 VERTICES = list("abcdefg")
 TYPES = ["link", "follows"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshots.attrs import AttrTable, Stamps, decode, encode
+from pulsegraph.snapshots.attrs import AttrTable, Stamps, decode, encode
 
 
 def test_attributes_round_trip_including_what_orjson_refuses():

@@ -12,10 +12,10 @@ import time
 
 import ray
 
-from compute.actor import ComputeActor
-from snapshots.checkpoint import CheckpointStore
-from snapshots.coordinator import EpochCoordinator
-from snapshots.shard import ShardActor
+from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.shard import ShardActor
 
 
 def run(tmp_path, budget: float, epochs: int = 8) -> tuple[list[int], dict]:

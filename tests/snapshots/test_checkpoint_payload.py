@@ -6,7 +6,8 @@ import pickle
 
 import numpy as np
 
-from snapshots.checkpoint import dumps, loads, read_verified, write_atomic
+from pulsegraph.snapshots.checkpoint import dumps, loads, read_verified, write_atomic
+from pulsegraph.snapshots.epoch import EpochInfo
 
 
 def test_columns_go_out_of_band_and_come_back_equal_and_writable(tmp_path):
@@ -30,3 +31,16 @@ def test_a_payload_pickled_whole_still_loads():
     old = pickle.dumps({"exists": np.ones(3, dtype=bool), "epoch": 4}, protocol=5)
     back = loads(old)
     assert back["epoch"] == 4 and back["exists"].tolist() == [True] * 3
+
+
+def test_a_checkpoint_of_the_old_top_level_modules_still_loads():
+    """Checkpoints written while the stages were top-level packages (``snapshots.epoch``, not
+    ``pulsegraph.snapshots.epoch``) name their classes by those modules; they restore as the same classes."""
+    info = EpochInfo(epoch=3, vector={"p0": 10}, records=10, sealed_at=1.0, commit_ms=0.5,
+                     timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
+    # Protocol 0 writes each class's module as a line of text, where the old name can stand in.
+    new = pickle.dumps({"info": info, "ids": np.arange(4)}, protocol=0)
+    assert b"pulsegraph.snapshots.epoch" in new
+    old = new.replace(b"pulsegraph.snapshots.epoch", b"snapshots.epoch")
+    back = loads(old)
+    assert type(back["info"]) is EpochInfo and back["info"] == info and back["ids"].tolist() == [0, 1, 2, 3]

@@ -14,10 +14,10 @@ import ray
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compute.actor import ComputeActor
-from snapshots.coordinator import EpochCoordinator
-from snapshots.epoch import EpochLog
-from snapshots.shard import ShardActor
+from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.epoch import EpochLog
+from pulsegraph.snapshots.shard import ShardActor
 from tests.graphref import merge, reference
 from tests.snapshots.streams import route, schedules, streams
 

@@ -13,10 +13,10 @@ import stat
 
 import pytest
 
-from ingest.deadletter import DeadLetter, FileDeadLetterSink
-from ingest.eventlog import EventLog
-from snapshots.checkpoint import CheckpointStore
-from snapshots.epoch import Epoch, EpochLog
+from pulsegraph.ingest.deadletter import DeadLetter, FileDeadLetterSink
+from pulsegraph.ingest.eventlog import EventLog
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.epoch import Epoch, EpochLog
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from snapshots.checkpoint import CheckpointStore
-from snapshots.epoch import Epoch, EpochLog
-from snapshots.exceptions import CheckpointError, EpochLogError
-from snapshots.recovery import plan_recovery
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.epoch import Epoch, EpochLog
+from pulsegraph.snapshots.exceptions import CheckpointError, EpochLogError
+from pulsegraph.snapshots.recovery import plan_recovery
 
 
 def write_log(path, epochs: int) -> EpochLog:
@@ -141,7 +141,7 @@ def test_a_second_writer_waits_for_the_first_and_is_refused_with_the_operator_ac
 # A coordinator as a crash leaves it: killed, but still appending until its process has exited.
 _LATE_WRITER = """
 import sys, time
-from snapshots.epoch import Epoch, EpochLog
+from pulsegraph.snapshots.epoch import Epoch, EpochLog
 log = EpochLog(sys.argv[1])
 for n in (1, 2, 3):
     log.append(Epoch(n, {"p": 10 * n}))

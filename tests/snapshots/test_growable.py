@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compute.graph import GlobalGraph
-from snapshots.delta import EpochDelta
-from snapshots.edges import EdgeTable
-from snapshots.growable import Column
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.snapshots.delta import EpochDelta
+from pulsegraph.snapshots.edges import EdgeTable
+from pulsegraph.snapshots.growable import Column
 
 I32 = np.iinfo(np.int32)
 # Mostly small values, now and then one past int32 either way.

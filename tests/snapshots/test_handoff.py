@@ -16,11 +16,11 @@ import time
 
 import ray
 
-from compute.actor import ComputeActor
-from snapshots.checkpoint import CheckpointStore
-from snapshots.coordinator import EpochCoordinator
-from snapshots.epoch import EpochLog
-from snapshots.shard import ShardActor
+from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.epoch import EpochLog
+from pulsegraph.snapshots.shard import ShardActor
 
 
 @ray.remote(max_concurrency=4)

@@ -1,4 +1,4 @@
-"""The packed name table (:class:`snapshots.nametable.NameTable`) against a list and a dict.
+"""The packed name table (:class:`pulsegraph.snapshots.nametable.NameTable`) against a list and a dict.
 
 Its index keeps 64-bit hashes, so a clash of two names is rare enough never to be met by chance;
 the tests also force clashes with a hash of three values (monkeypatched in place of Python's string
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import snapshots.nametable
-from snapshots.nametable import NameTable
+import pulsegraph.snapshots.nametable
+from pulsegraph.snapshots.nametable import NameTable
 
 
 def few_hashes(names: list[str]) -> np.ndarray:
@@ -22,7 +22,7 @@ def few_hashes(names: list[str]) -> np.ndarray:
 @pytest.fixture(params=["python", "clashing"])
 def hashing(request, monkeypatch):
     if request.param == "clashing":
-        monkeypatch.setattr(snapshots.nametable, "hashes", few_hashes)
+        monkeypatch.setattr(pulsegraph.snapshots.nametable, "hashes", few_hashes)
     return request.param
 
 
@@ -38,7 +38,7 @@ def random_names(rng, k: int) -> list[str]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
-    monkeypatch.setattr(snapshots.nametable, "MIN_DEAD", 64)  # the blob is rewritten many times over
+    monkeypatch.setattr(pulsegraph.snapshots.nametable, "MIN_DEAD", 64)  # the blob is rewritten many times over
     rng = np.random.default_rng(seed)
     table, names, index = NameTable(), [], {}
     free: list[int] = []
@@ -80,7 +80,7 @@ def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
 
 def test_a_lookup_tells_names_of_one_length_apart_by_their_bytes(monkeypatch):
     """Every name on one hash: only the byte comparison tells them apart."""
-    monkeypatch.setattr(snapshots.nametable, "hashes", lambda names: np.zeros(len(names), dtype=np.uint64))
+    monkeypatch.setattr(pulsegraph.snapshots.nametable, "hashes", lambda names: np.zeros(len(names), dtype=np.uint64))
     table = NameTable()
     table.add(["abc", "abd", "xbc"], np.array([0, 1, 2]))
     assert table.lookup(["abd", "xbc", "abc", "abe", "ab", "abcd"]).tolist() == [1, 2, 0, -1, -1, -1]

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute.graph import GlobalGraph
-from snapshots.exceptions import EpochOrderError
-from snapshots.edges import EdgeTable
-from snapshots.store import ShardStore
+from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.snapshots.edges import EdgeTable
+from pulsegraph.snapshots.exceptions import EpochOrderError
+from pulsegraph.snapshots.store import ShardStore
 from tests.graphref import merge, reference
 from tests.snapshots.streams import route, schedules, streams
 

@@ -19,11 +19,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.batch import Router
-from ingest.events import EdgeUpdate
-from snapshots.checkpoint import dumps, loads
-from snapshots.store import ShardStore
-from snapshots.window import TimeLog
+from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.events import EdgeUpdate
+from pulsegraph.snapshots.checkpoint import dumps, loads
+from pulsegraph.snapshots.store import ShardStore
+from pulsegraph.snapshots.window import TimeLog
 from tests.graphref import merge, window_reference
 from tests.snapshots.streams import MULTI, TYPES, VERTICES, WEIGHTS
 
@@ -136,7 +136,7 @@ def test_vertices_the_window_emptied_give_their_ids_to_new_ones_and_the_shard_st
     """A stream of ever new vertices (each edge between two never seen before): the window holds three
     epochs of them, so the shard's names and columns must stay at about three epochs' worth, and the
     compute stage, fed the deltas, must name every edge right although the local ids repeat."""
-    from compute.graph import GlobalGraph  # noqa: PLC0415
+    from pulsegraph.compute.graph import GlobalGraph  # noqa: PLC0415
 
     store, g = ShardStore(0, WINDOW, recycle_every=1), GlobalGraph(windowed=True)
     router = Router(1)
@@ -207,8 +207,8 @@ def test_time_log_expires_exactly_at_the_bound_and_finds_the_earliest_adds():
 def test_an_epoch_log_whose_watermark_goes_back_is_not_one_history(tmp_path):
     import pytest
 
-    from snapshots.epoch import Epoch, EpochLog
-    from snapshots.exceptions import EpochLogError
+    from pulsegraph.snapshots.epoch import Epoch, EpochLog
+    from pulsegraph.snapshots.exceptions import EpochLogError
 
     path = str(tmp_path / "epochs.log")
     log = EpochLog(path)

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from ingest.runtime import _malloc_trim
+from pulsegraph.base.runtime import _malloc_trim
 
 # Run in a fresh interpreter: how much of a freed block glibc keeps depends on the heap's history
 # (a long test session has raised its thresholds and left free chunks the blocks would reuse).
 PEAK = """
 import json
 import numpy as np
-from ingest.runtime import HeapTrimmer
+from pulsegraph.base.runtime import HeapTrimmer
 
 def rss_mb():
     with open("/proc/self/status") as fh:

@@ -1,4 +1,4 @@
-"""ingest.arrays.unique is np.unique, by sorting where NumPy's hash path is slow; add_at is np.add.at, by
+"""pulsegraph.base.arrays.unique is np.unique, by sorting where NumPy's hash path is slow; add_at is np.add.at, by
 bincount where a batch has indexes enough."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ingest.arrays import add_at, unique
+from pulsegraph.base.arrays import add_at, unique
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int16, np.uint8, np.bool_, np.float64])

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.arrays import unique
+from pulsegraph.base.arrays import unique
 
 # The newest run merges into the one before it while that one is at most FACTOR times its size.
 FACTOR = 4

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import keyindex
-from ingest.keyindex import KeyIndex
+from pulsegraph.base import keyindex
+from pulsegraph.base.keyindex import KeyIndex
 
 # Batches of (put or discard, keys): keys from a small range so that puts revive tombstones and
 # discards hit keys held in any run.
