@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-deps clean
+.PHONY: install run test check test-deps clean
 
 install: $(STAMP)
 
@@ -32,8 +32,15 @@ test-deps:
 	fi
 	tools/kafka.sh fetch
 
+# The whole suite: what CI runs (.ci/run), real Kafka, Ray and browser tests included.
 test: install test-deps
 	$(PY) -m pytest
+
+# The quick lane of the edit-test loop, under two minutes: the unit and property tests that start
+# no Ray actor, broker or service (pytest -m, see tests/conftest.py), with ruff, mypy and
+# import-linter (tests/test_lint.py, tests/test_types.py). It needs no Kafka or browser.
+check: install
+	$(PY) -m pytest -q -m "not integration and not slow" --durations=5
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -16,6 +16,17 @@ import pytest
 
 KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 
+# A test that asks for one of these (itself or through another fixture) runs real actors or a real
+# broker: marked ``integration``. ``make test`` runs every test; ``make check``, the quick lane of
+# the edit-test loop, leaves out the integration and slow ones.
+INTEGRATION_FIXTURES = frozenset({"ray_cluster", "kafka_broker"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session")
 def ray_cluster():

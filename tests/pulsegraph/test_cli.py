@@ -16,6 +16,9 @@ import pytest
 from pulsegraph.cli import build_parser, main
 from pulsegraph.settings import Settings
 
+# Each test starts the service as a process of its own (a real Ray instance in it).
+pytestmark = pytest.mark.integration
+
 EXE = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
 
 

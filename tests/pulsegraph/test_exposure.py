@@ -29,6 +29,9 @@ import pytest
 
 from tests.pulsegraph.test_cli import EXE, free_port
 
+# Each test starts the service as a process of its own (a real Ray instance in it).
+pytestmark = pytest.mark.integration
+
 TOKEN = secrets.token_urlsafe(32)
 # The service's descriptor limit: its ~200 descriptors of its own plus the 600 connections below leave
 # room; a flood of FLOOD sockets without the cap would not.

@@ -12,6 +12,9 @@ import pytest
 from pulsegraph.errors import PipelineError
 from pulsegraph.lock import DataDirLock
 
+# Each test starts the service as a process of its own (a real Ray instance in it).
+pytestmark = pytest.mark.integration
+
 
 def test_a_second_lock_on_the_folder_is_refused_and_names_the_holder(tmp_path):
     first = DataDirLock(tmp_path).acquire()

@@ -73,6 +73,7 @@ def run_schedule(stream, schedule, n_shards, data):
     cut({p: len(stream[p]) for p in parts})
 
 
+@pytest.mark.slow  # hundreds of streams: make test runs it, make check does not
 @settings(max_examples=300, deadline=None)
 @given(stream=streams(), schedule=schedules, n_shards=st.integers(1, 4), data=st.data())
 def test_graph_at_every_vector_equals_the_reference(stream, schedule, n_shards, data):

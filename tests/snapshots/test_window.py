@@ -16,6 +16,7 @@ import math
 
 import msgspec
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def deliver(stores: list[ShardStore], records: dict, lo: dict, hi: dict, chunk: 
     return latest
 
 
+@pytest.mark.slow  # hundreds of streams: make test runs it, make check does not
 @settings(max_examples=200, deadline=None)
 @given(stream=windowed_streams(), n_shards=st.integers(1, 3), data=st.data())
 def test_every_epoch_holds_exactly_the_window_of_its_vector_and_a_restore_continues_it(stream, n_shards, data):
