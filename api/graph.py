@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pulsegraph.api.exceptions import NotFound
+from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES, pack, src_range
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.base.keyindex import KeyIndex
 from pulsegraph.compute.graph import EdgeChanges
@@ -57,22 +58,8 @@ from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)
 
-_ID_BITS = 26
-_TYPE_BITS = 12
-MAX_VERTICES = 1 << _ID_BITS
-MAX_TYPES = 1 << _TYPE_BITS
-_KEY_SRC_SHIFT = _ID_BITS + _TYPE_BITS
-
-
 class GraphCapacityError(PulsegraphError):
     """The graph outgrew the packed edge key; raised in the feed thread, never by a request."""
-
-
-def pack(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
-    s = src.astype(np.uint64)
-    d = dst.astype(np.uint64)
-    t = etype.astype(np.uint64)
-    return (s << np.uint64(_KEY_SRC_SHIFT)) | (d << np.uint64(_TYPE_BITS)) | t
 
 
 def _adjacent(ends: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -275,9 +262,7 @@ class GraphHistory:
             if epoch is not None:
                 self._require(epoch)
             if direction == "out":
-                # The packed key's top bits are the source; the last vertex's range ends past 2**64.
-                hi = (vertex + 1) << _KEY_SRC_SHIFT
-                _, slots = self._keys.range(vertex << _KEY_SRC_SHIFT, hi if hi < 1 << 64 else None)
+                _, slots = self._keys.range(*src_range(vertex))
                 cand = slots.astype(np.int64)
             else:
                 keys, _ = self._by_dst.range(vertex << 32, (vertex + 1) << 32)

@@ -395,10 +395,6 @@ class ResidualSolver:
             self.r = self.be.asarray(rhs - h[: k + 1, :k] @ z, dtype=self.r.dtype) @ basis[: k + 1]
         return it, read
 
-    def _residual_of(self, r) -> tuple[float, float]:
-        xp = self.be.xp
-        return float(xp.abs(r).sum()), self.target(float(self.y.sum()), self._bsum())
-
     def _push_until_done(self, read: int) -> SolveStats:
         xp = self.be.xp
         it = sweeps = 0

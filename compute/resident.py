@@ -138,9 +138,6 @@ class ResidentGraph:
         indptr = xp.concatenate([m.indptr, tail])
         return self.be.sparse.csr_matrix((m.data, m.indices, indptr), shape=(n, n))
 
-    def touched_rows(self, src) -> np.ndarray:
-        return unique(np.asarray(src, dtype=np.int64))
-
     def apply(self, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray) -> None:
         """Add ``dweight`` (host arrays, fixed-point units, repeats summed) to ``A[src, dst]``."""
         if len(src) == 0:

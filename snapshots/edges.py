@@ -10,20 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from pulsegraph.base.arrays import unique
+from pulsegraph.base.edgekey import pack, unpack
 from pulsegraph.base.keyindex import KeyIndex
 from pulsegraph.snapshots.growable import Column
 
-# The packed edge key is src:26 | dst:26 | type:12 bits of a uint64, so the
-# index holds integers: 67M local vertices and 4096 edge types per shard.
-SRC_SHIFT = np.uint64(38)
-DST_SHIFT = np.uint64(12)
-MAX_VERTICES = 1 << 26
-MAX_TYPES = 1 << 12
-
-
-def edge_keys(src: np.ndarray, dst: np.ndarray, etype: np.ndarray) -> np.ndarray:
-    """The packed key of each (src, dst, type)."""
-    return (src.astype(np.uint64) << SRC_SHIFT) | (dst.astype(np.uint64) << DST_SHIFT) | etype.astype(np.uint64)
+# The index holds packed edge keys (pulsegraph.base.edgekey): 67M local vertices and 4096 edge
+# types per shard; the shard's interners refuse more (snapshots.store).
 
 
 class EdgeTable:
@@ -54,7 +46,7 @@ class EdgeTable:
         if len(src) == 0:
             z = np.zeros(0, dtype=np.int64)
             return (z, z) if rows else z
-        keys = edge_keys(src, dst, etype)
+        keys = pack(src, dst, etype)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
         starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
@@ -76,10 +68,10 @@ class EdgeTable:
         reused, self._free = self._free[:n_new], self._free[n_new:]
         fresh = np.concatenate([reused, np.arange(len(self), len(self) + n_new - len(reused), dtype=np.int64)])
         nk = uniq[new]
-        new_types = (nk & np.uint64(MAX_TYPES - 1)).astype(np.int16)
+        new_src, new_dst, new_types = unpack(nk)
         cols = (
-            (self.src, (nk >> SRC_SHIFT).astype(np.int32)),
-            (self.dst, ((nk >> DST_SHIFT) & np.uint64(MAX_VERTICES - 1)).astype(np.int32)),
+            (self.src, new_src),
+            (self.dst, new_dst),
             (self.etype, new_types),
             (self.mult, dm[new]), (self.weight, dw[new]), (self.first_ts, dt[new]),
         )
@@ -118,7 +110,7 @@ class EdgeTable:
         if not len(slots):
             return
         slots = unique(slots.astype(np.int64))
-        self._index.discard(edge_keys(self.src.view[slots], self.dst.view[slots], self.etype.view[slots]))
+        self._index.discard(pack(self.src.view[slots], self.dst.view[slots], self.etype.view[slots]))
         self.mult.view[slots] = 0
         self.weight.view[slots] = 0
         self.first_ts.view[slots] = np.inf
@@ -130,7 +122,7 @@ class EdgeTable:
             getattr(self, name).extend(cols[name])
         self._free = np.asarray(cols.get("free", np.zeros(0)), dtype=np.int64)
         self._see_types(self.etype.view)
-        keys = edge_keys(self.src.view, self.dst.view, self.etype.view)
+        keys = pack(self.src.view, self.dst.view, self.etype.view)
         held = np.ones(len(keys), dtype=bool)
         held[self._free] = False
         slots = np.flatnonzero(held)

@@ -22,11 +22,12 @@ from typing import cast
 import numpy as np
 
 from pulsegraph.base.arrays import unique
+from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES
 from pulsegraph.ingest.batch import ShardBatch
 from pulsegraph.snapshots.attrs import NULL, AttrTable, Stamps, decode, encode, encoded
 from pulsegraph.snapshots.checkpoint import dumps, loads
 from pulsegraph.snapshots.delta import EpochDelta, ShardSummary
-from pulsegraph.snapshots.edges import MAX_TYPES, MAX_VERTICES, EdgeTable
+from pulsegraph.snapshots.edges import EdgeTable
 from pulsegraph.snapshots.exceptions import EpochOrderError
 from pulsegraph.snapshots.growable import Column
 from pulsegraph.snapshots.interner import Interner

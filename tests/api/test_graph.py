@@ -7,8 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from pulsegraph.api.graph import MAX_TYPES, MAX_VERTICES, GraphHistory
+from pulsegraph.api.graph import GraphHistory
 from pulsegraph.base import keyindex
+from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES
 from pulsegraph.compute.graph import EdgeChanges
 
 
