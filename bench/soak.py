@@ -206,9 +206,19 @@ def summarize(samples: list[dict], started: float, tail_s: float) -> dict:
         out["vertices"] = eps[-1]["vertices"]
         out["records"] = eps[-1]["records"]
     first = next((s for s in samples if s["epochs"]), None)
-    if first is not None and out.get("live_edges"):
+    if len(samples) >= 4:
+        # The whole service's memory over the second half of the run, MB a minute: what says whether a
+        # window's memory is flat once the window (and the id-reuse period) has filled.
+        half = [s for s in samples if s["t"] >= (samples[0]["t"] + samples[-1]["t"]) / 2]
+        t = np.array([s["t"] for s in half]) / 60.0
+        rss = np.array([sum(s["rss"].values()) for s in half]) / 1e6
+        if len(half) >= 2 and t[-1] > t[0]:
+            out["rss_slope_tail_mb_per_min"] = float(np.polyfit(t - t[0], rss, 1)[0])
+    # Bytes per live edge grown mean something only while the live edges grow: with a window they
+    # stop (or shrink), and growth over a tiny or negative count is noise.
+    if first is not None and out.get("live_edges") and out["live_edges"] - first["epochs"][0]["edges"] > 0.1 * out["live_edges"]:
         e0 = first["epochs"][0]["edges"]
-        grown = max(out["live_edges"] - e0, 1)
+        grown = out["live_edges"] - e0
         last = samples[-1]
         out["bytes_per_edge"] = (sum(last["rss"].values()) - sum(first["rss"].values())) / grown
         out["anon_bytes_per_edge"] = (sum(last["anon"].values()) - sum(first["anon"].values())) / grown
@@ -269,8 +279,16 @@ def main() -> int:
     ap.add_argument("--tail", type=float, default=180.0, help="the last seconds over which epoch gaps are summarized")
     ap.add_argument("--out", type=Path, default=Path("bench/out"), help="folder for the plot and the samples")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default: soak-<minutes>m-<rate>)")
+    ap.add_argument("--no-plot", action="store_true", help="print the figures only (no matplotlib needed)")
     ap.add_argument("extra", nargs="*", help="more `pulsegraph run` flags, after --")
     args = ap.parse_args()
+    if not args.no_plot:
+        try:
+            import matplotlib  # noqa: F401, PLC0415 - checked before a run of many minutes, not after it
+        except ImportError:
+            print("bench.soak draws its plot with matplotlib, from the bench extra: .venv/bin/pip install -e '.[bench]' "
+                  "(or run with --no-plot)", file=sys.stderr)
+            return 2
 
     data = Path(tempfile.mkdtemp(prefix="pg-soak-"))
     port = free_port()
@@ -326,14 +344,15 @@ def main() -> int:
     gb = 1e9
     print(f"\nmachine: {machine()}\ncommand: pulsegraph {' '.join(cmd[3:])}")
     print(json.dumps({k: v for k, v in summary.items() if k not in ("role_bytes_per_edge", "role_pss_bytes_per_edge", "role_cores")}, indent=1))
-    print("| run | minutes | live edges | peak memory (RSS / anon / PSS) | B per live edge (RSS / PSS) | epoch gap median, last min | timeliness p99 | events/s sealed | killed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| run | minutes | live edges | peak memory (RSS / anon / PSS) | B per live edge (RSS / PSS) | epoch gap median, last min | timeliness p99 | events/s sealed | killed | memory slope, 2nd half |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {stem} | {summary['duration_s'] / 60:.1f} | {summary.get('live_edges', 0) / 1e6:.2f} M | "
         f"{summary['peak_rss'] / gb:.1f} / {summary['peak_anon'] / gb:.1f} / {summary.get('peak_pss', float('nan')) / gb:.1f} GB | "
-        f"{summary.get('bytes_per_edge', float('nan')):.0f} / {summary.get('pss_bytes_per_edge', float('nan')):.0f} | "
+        + (f"{summary['bytes_per_edge']:.0f} / {summary.get('pss_bytes_per_edge', float('nan')):.0f} | " if "bytes_per_edge" in summary
+           else "n/a: live edges did not grow | ") +
         f"{summary.get('gap_median_tail_s', float('nan')):.2f} s | {summary.get('timeliness_p99_ms', float('nan')) / 1000:.1f} s | "
-        f"{summary.get('events_per_s', 0):,.0f} | {killed} |"
+        f"{summary.get('events_per_s', 0):,.0f} | {killed} | {summary.get('rss_slope_tail_mb_per_min', float('nan')):+.0f} MB/min |"
     )
     per, per_pss = summary.get("role_bytes_per_edge", {}), summary.get("role_pss_bytes_per_edge", {})
     last = samples[-1]
@@ -344,7 +363,8 @@ def main() -> int:
         print(f"| {r} | {last['rss'][r] / gb:.2f} / {last.get('pss', {}).get(r, float('nan')) / gb:.2f} GB | "
               f"{per.get(r, float('nan')):.0f} / {per_pss.get(r, float('nan')):.0f} | {cores.get(r, float('nan')):.2f} |")
     # Last: the rows above are printed (and the samples saved) even where the plot cannot be drawn.
-    plot(samples, started, args.out / f"{stem}.png", f"{' '.join(cmd[3:])}\n{machine()}")
+    if not args.no_plot:
+        plot(samples, started, args.out / f"{stem}.png", f"{' '.join(cmd[3:])}\n{machine()}")
     return 0
 
 
