@@ -46,15 +46,17 @@ class ResidentGraph:
         self.compact_fraction = compact_fraction
         self.compact_min = compact_min
         self.n = 0
-        self.out_weight = np.zeros(0, dtype=np.float64)  # exact, on the host
+        # Exact (integer units in float64); on the device with the rest, so that an epoch's merge never
+        # leaves it (see :meth:`apply`).
+        self.out_weight = self.be.xp.zeros(0, dtype=np.float64)
         self.inv_out = self.be.xp.zeros(0, dtype=self.dtype)  # 1/out, 0 for dangling vertices
         self.out_degree = self.be.xp.zeros(0, dtype=np.int64)  # stored entries per row, base + overlay
         # Rows by destination as well (GPU): sweeps gather instead of scatter. None: sweeps use the transpose.
         self._by_dst = self.be.is_gpu
         self._base_out = self._empty(0)
         self._base_in = self._empty(0) if self._by_dst else None
-        self._ov_keys = np.zeros(0, dtype=np.int64)
-        self._ov_vals = np.zeros(0, dtype=np.float64)
+        self._ov_keys = self.be.xp.zeros(0, dtype=np.int64)  # sorted src << 32 | dst
+        self._ov_vals = self.be.xp.zeros(0, dtype=np.float64)
         self._ov_out = None
         self._ov_in = None
         self.compactions = 0
@@ -80,10 +82,8 @@ class ResidentGraph:
         base.sum_duplicates()
         g._base_out = base
         g._base_in = base.T.tocsr() if g._by_dst else None
-        out = backend.to_host(xp.asarray(base.sum(axis=1)).ravel()).astype(np.float64)
-        g.out_weight = out
-        with np.errstate(divide="ignore"):
-            g.inv_out = backend.asarray(np.where(out > 0, 1.0 / out, 0.0), dtype=dtype)
+        g.out_weight = xp.asarray(base.sum(axis=1)).ravel().astype(np.float64)
+        g.inv_out = g._inverse(g.out_weight)
         g._rebuild_overlay()
         return g
 
@@ -123,7 +123,7 @@ class ResidentGraph:
             return
         xp = self.be.xp
         extra = n - self.n
-        self.out_weight = np.concatenate([self.out_weight, np.zeros(extra)])
+        self.out_weight = xp.concatenate([self.out_weight, xp.zeros(extra, dtype=np.float64)])
         self.inv_out = xp.concatenate([self.inv_out, xp.zeros(extra, dtype=self.dtype)])
         self.out_degree = xp.concatenate([self.out_degree, xp.zeros(extra, dtype=np.int64)])
         self._base_out = self._pad(self._base_out, n)
@@ -139,31 +139,40 @@ class ResidentGraph:
         return self.be.sparse.csr_matrix((m.data, m.indices, indptr), shape=(n, n))
 
     def apply(self, src: np.ndarray, dst: np.ndarray, dweight: np.ndarray) -> None:
-        """Add ``dweight`` (host arrays, fixed-point units, repeats summed) to ``A[src, dst]``."""
+        """Add ``dweight`` (host arrays, fixed-point units, repeats summed) to ``A[src, dst]``.
+
+        The merge runs where the graph lives: on a GPU the overlay, the out-weights and their sums
+        stay on the device (an H200 at 500 M edges spent 157-178 ms of a 267-288 ms epoch sorting the
+        overlay and scattering 500 k changes into 33 M out-weights on the host)."""
         if len(src) == 0:
             return
+        be, xp = self.be, self.be.xp
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
-        dweight = np.asarray(dweight, dtype=np.float64)
         if max(int(src.max()), int(dst.max())) >= self.n:
             raise ValueError("edge refers to a vertex beyond grow(n)")
-        keys = np.concatenate([self._ov_keys, (src << _KEY_SHIFT) | dst])
-        vals = np.concatenate([self._ov_vals, dweight])
-        uniq, inv = np.unique(keys, return_inverse=True)
-        summed = np.zeros(len(uniq))
-        np.add.at(summed, inv, vals)
+        s, d = be.asarray(src), be.asarray(dst)
+        w = be.asarray(dweight, dtype=np.float64)
+        keys = xp.concatenate([self._ov_keys, (s << _KEY_SHIFT) | d])
+        vals = xp.concatenate([self._ov_vals, w])
+        uniq, inv = xp.unique(keys, return_inverse=True)
+        summed = xp.zeros(len(uniq), dtype=np.float64)
+        be.scatter_add(summed, inv.ravel(), vals)
         keep = summed != 0.0
         self._ov_keys, self._ov_vals = uniq[keep], summed[keep]
-        np.add.at(self.out_weight, src, dweight)
-        rows = unique(src)
-        out = self.out_weight[rows]
-        with np.errstate(divide="ignore"):
-            inv_out = np.where(out > 0, 1.0 / out, 0.0)
-        self.inv_out[self.be.asarray(rows)] = self.be.asarray(inv_out, dtype=self.dtype)
+        be.scatter_add(self.out_weight, s, w)
+        rows = be.asarray(unique(src))
+        self.inv_out[rows] = self._inverse(self.out_weight[rows])
         if len(self._ov_keys) > max(self.compact_min, self.compact_fraction * self.nnz):
             self.compact()
         else:
             self._rebuild_overlay()
+
+    def _inverse(self, out):
+        """``1 / out`` in the ranking's dtype, 0 where a vertex has no out-weight (dangling)."""
+        xp = self.be.xp
+        safe = xp.where(out > 0, out, 1.0)
+        return xp.where(out > 0, 1.0 / safe, 0.0).astype(self.dtype)
 
     def _rebuild_overlay(self) -> None:
         be, xp = self.be, self.be.xp
@@ -171,10 +180,9 @@ class ResidentGraph:
         if len(self._ov_keys) == 0:
             self._ov_out = self._ov_in = None
         else:
-            s = (self._ov_keys >> _KEY_SHIFT).astype(np.int32)
-            d = (self._ov_keys & _KEY_MASK).astype(np.int32)
-            v = be.asarray(self._ov_vals, dtype=self.dtype)
-            s_dev, d_dev = be.asarray(s), be.asarray(d)
+            s_dev = (self._ov_keys >> _KEY_SHIFT).astype(np.int32)
+            d_dev = (self._ov_keys & _KEY_MASK).astype(np.int32)
+            v = self._ov_vals.astype(self.dtype)
             # Keys are sorted by (src, dst): the by-source CSR is the keys themselves.
             self._ov_out = be.sparse.coo_matrix((v, (s_dev, d_dev)), shape=(n, n)).tocsr()
             self._ov_in = be.sparse.coo_matrix((v, (d_dev, s_dev)), shape=(n, n)).tocsr() if self._by_dst else None
@@ -194,8 +202,8 @@ class ResidentGraph:
         self._base_out = self._merged(self._base_out, self._ov_out)
         if self._base_in is not None:
             self._base_in = self._merged(self._base_in, self._ov_in)
-        self._ov_keys = np.zeros(0, dtype=np.int64)
-        self._ov_vals = np.zeros(0, dtype=np.float64)
+        self._ov_keys = self.be.xp.zeros(0, dtype=np.int64)
+        self._ov_vals = self.be.xp.zeros(0, dtype=np.float64)
         self.compactions += 1
         self._rebuild_overlay()
 
