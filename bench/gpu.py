@@ -143,7 +143,7 @@ def incremental_epoch(be: Backend, g: ResidentGraph, pr: PageRank, cfg: RankConf
     dw = np.ones(len(src))
     method = "push" if len(src) <= cfg.push_max_delta * g.nnz else "sweep"
     t = time.perf_counter()
-    rows_dev = be.asarray(np.unique(src))
+    rows_dev = be.xp.unique(be.asarray(src))  # as RankEngine.update finds the rows, on the device
     if method == "push":
         pr.retract(rows_dev)
     else:

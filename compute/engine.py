@@ -119,10 +119,17 @@ class RankEngine:
         t0 = time.perf_counter()
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
-        changed = len(unique((src << 32) | dst)) if len(src) else 0
+        # The sorts of an epoch's changes run where the graph lives (on a GPU: ~60 ms of host sorting a
+        # 500 k-change epoch, on the device ~1 ms).
+        if be.is_gpu:
+            s_dev = be.asarray(src)
+            rows = be.xp.unique(s_dev)
+            changed = len(be.xp.unique((s_dev << 32) | be.asarray(dst))) if len(src) else 0
+        else:
+            rows = unique(src)
+            changed = len(unique((src << 32) | dst)) if len(src) else 0
         method = method or self.choose(changed)
         self.graph.grow(n)
-        rows = be.asarray(unique(src))
         retract_ms = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()

@@ -161,7 +161,7 @@ class ResidentGraph:
         keep = summed != 0.0
         self._ov_keys, self._ov_vals = uniq[keep], summed[keep]
         be.scatter_add(self.out_weight, s, w)
-        rows = be.asarray(unique(src))
+        rows = xp.unique(s) if be.is_gpu else unique(src)
         self.inv_out[rows] = self._inverse(self.out_weight[rows])
         if len(self._ov_keys) > max(self.compact_min, self.compact_fraction * self.nnz):
             self.compact()
