@@ -249,8 +249,7 @@ class GlobalGraph:
         edge and no attributes, which the degrees check once more. Their attributes go with them."""
         self._sync_columns()
         out, inn, with_attrs = self._out.view, self._in.view, self._has_attrs.view
-        for i in self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | with_attrs[ids]).tolist():
-            self.attrs.clear(i)
+        self.attrs.clear_many(self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | with_attrs[ids]).tolist())
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int, gids: np.ndarray) -> None:
         """Apply one shard's delta; ``gids``: the global id of each of its new names."""
