@@ -149,6 +149,7 @@ def replay(args) -> int:
         ["app_graph", "components", "trends", "topics", "landmarks"]) + ") | total ms | adjacency MB | RSS MB |" + extra)
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if rebuilt else ""))
     totals, rebuilt_totals = [], []
+    merged_ms, merged_records, last_records = 0.0, 0, 0
     batch: list[SealedEpoch] = []
     for info, deltas in it:
         batch.append(SealedEpoch(info, deltas))
@@ -177,6 +178,9 @@ def replay(args) -> int:
             del b
         batch = []
         totals.append(ms)
+        merged_ms += r.graph_ms
+        merged_records += r.records - last_records
+        last_records = r.records
         a = r.apps_ms
         apps = "/".join(f"{a.get(k, 0):.0f}" for k in ("app_graph", "components", "trends", "topics", "landmarks"))
         print(f"| {r.epoch} | {r.edges:,} | {r.vertices:,} | {r.graph_ms:.0f} | {r.compute_ms['pagerank']:.0f} | "
@@ -188,6 +192,9 @@ def replay(args) -> int:
             break
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nepochs {len(totals)}, median {np.median(totals):.0f} ms, p90 {np.percentile(totals, 90):.0f} ms, peak RSS {peak:.0f} MB")
+    # What the merge costs per record over the whole replay: the figure to set a reuse delay against 'never'.
+    print(f"merge+graph {merged_ms / 1000:.2f} s for {merged_records:,} records: "
+          f"{1000 * merged_ms / max(merged_records, 1):.2f} us per record")
     if rebuilt_totals:
         print(f"rebuild path: median {np.median(rebuilt_totals):.0f} ms, p90 {np.percentile(rebuilt_totals, 90):.0f} ms; "
               "every epoch's applications published the same")

@@ -78,12 +78,9 @@ class NameIndex:
             self._index.discard([name])
 
     def discard_at(self, names: list[str], ids: np.ndarray) -> None:
-        """Stop indexing each of ``names`` (distinct) that the index maps to its id in ``ids``, in one
-        search (call while the names list still holds them at those ids)."""
-        if not names:
-            return
-        mine = np.flatnonzero(self.lookup(names) == np.asarray(ids, dtype=np.int64))
-        self._index.discard(names if len(mine) == len(names) else [names[k] for k in mine.tolist()])
+        """Stop indexing each of ``names`` that the index maps to its id in ``ids``; each must be the
+        name the names list holds at that id (see :meth:`~snapshots.nametable.HashIndex.discard_at`)."""
+        self._index.discard_at(names, ids)
 
     def get(self, name: str, default: int | None = None) -> int | None:
         i = int(self.lookup([name])[0])
