@@ -246,10 +246,15 @@ class GlobalGraph:
 
     def _give_back(self, epoch: int, watermark: float | None) -> None:
         """Give back the ids whose wait is over (:meth:`VertexIds.give_back`); held by no shard means no
-        edge and no attributes, which the degrees check once more. Their attributes go with them."""
+        edge and no attributes, which the attributes check once more. Their attributes go with them.
+
+        Not the degrees: they are counted once per merge, after its last epoch, so in a merge of several
+        epochs they are those before the first, and an id whose edges died in an earlier epoch of the
+        batch would stay where one epoch at a time gives it back: the ids would depend on the batching.
+        The attributes are written epoch by epoch (:meth:`_merge`)."""
         self._sync_columns()
-        out, inn, with_attrs = self._out.view, self._in.view, self._has_attrs.view
-        self.attrs.clear_many(self.ids.give_back(epoch, watermark, lambda ids: (out[ids] > 0) | (inn[ids] > 0) | with_attrs[ids]).tolist())
+        with_attrs = self._has_attrs.view
+        self.attrs.clear_many(self.ids.give_back(epoch, watermark, lambda ids: with_attrs[ids]).tolist())
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int, gids: np.ndarray) -> None:
         """Apply one shard's delta; ``gids``: the global id of each of its new names."""
