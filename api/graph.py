@@ -53,7 +53,7 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES, pack, src_range
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.base.keyindex import KeyIndex
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)

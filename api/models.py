@@ -160,11 +160,24 @@ class HealthCheckpoint(BaseModel):
     paused: int = Field(description="checkpoint epochs passed over since the launch, to keep checkpoints within --checkpoint-budget")
 
 
+class HealthComputeQueue(BaseModel):
+    epochs: int = Field(description="sealed epochs waiting for the compute stage")
+    bytes: int = Field(description="their deltas' size")
+    handing_bytes: int = Field(description="the deltas of the batch the compute stage is merging now")
+    limit_bytes: int | None = Field(description="--compute-queue-limit, on bytes and handing_bytes together (null: only 64 queued epochs bound it)")
+    full: bool = Field(description="at the bound: ingest is paused until the compute stage is done with its batch")
+    throttled: bool = Field(description="the queue keeps ingest paused now")
+    throttled_seconds: float = Field(description="time the queue kept ingest paused since the launch")
+    reason: str | None = Field(None, description="why ingest is paused, while it is")
+
+
 class Health(BaseModel):
     status: str
     epoch: int
     window: HealthWindow | None = Field(None, description="the sliding window (from the pipeline's status); null: windows off")
     checkpoint: HealthCheckpoint | None = Field(None, description="the checkpoints' cost (null before the first status poll)")
+    compute_queue: HealthComputeQueue | None = Field(
+        None, description="what waits for the compute stage; when full, ingest is paused (backpressure, as at the memory budget)")
 
 
 class HistoryPoint(BaseModel):

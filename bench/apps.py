@@ -27,7 +27,8 @@ from pulsegraph.compute.apps import exposure
 from pulsegraph.compute.apps.base import AppGraph, csr_pairs
 from pulsegraph.compute.apps.exposure import MENTIONS, TAGS, _count_from, _CountInputs
 from pulsegraph.compute.apps.runner import Applications
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.ingest.batch import Router
 from pulsegraph.ingest.sources import SourceSpec, open_partitions
 from pulsegraph.ingest.transforms import get_transform

@@ -21,7 +21,7 @@ import numpy as np
 from bench.machine import describe
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.base.arrays import unique
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.snapshots.edges import EdgeTable
 
 VERTICES = 3_000_000

@@ -168,6 +168,7 @@ def replay(args) -> int:
             ["app_graph", "components", "trends", "topics", "landmarks"]) + ") | total ms | adjacency MB | RSS MB |" + extra)
         print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if rebuilt else ""))
     totals, rebuilt_totals = [], []
+    merged_ms, merged_records, last_records = 0.0, 0, 0
     batch: list[SealedEpoch] = []
     other_totals: list[float] = []
     warm = args.warm
@@ -213,6 +214,9 @@ def replay(args) -> int:
         batch = []
         if not warming:
             totals.append(ms)
+            merged_ms += r.graph_ms
+            merged_records += r.records - last_records
+        last_records = r.records
         if args.json:
             print(json.dumps({"step": "replay-epoch", **row, "rss_mb": round(rss_mb())}), flush=True)
             del r
@@ -242,6 +246,9 @@ def replay(args) -> int:
         print(json.dumps(summary), flush=True)
         return 0
     print(f"\nepochs {len(totals)}, median {np.median(totals):.0f} ms, p90 {np.percentile(totals, 90):.0f} ms, peak RSS {peak:.0f} MB")
+    # What the merge costs per record over the whole replay: the figure to set a reuse delay against 'never'.
+    print(f"merge+graph {merged_ms / 1000:.2f} s for {merged_records:,} records: "
+          f"{1000 * merged_ms / max(merged_records, 1):.2f} us per record")
     if rebuilt_totals:
         print(f"rebuild path: median {np.median(rebuilt_totals):.0f} ms, p90 {np.percentile(rebuilt_totals, 90):.0f} ms; "
               "every epoch's applications published the same")

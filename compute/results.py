@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pulsegraph.compute.apps.base import AppResult
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 
 
 def _iso(t: float | None) -> str | None:

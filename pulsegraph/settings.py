@@ -173,6 +173,12 @@ class Settings(BaseSettings):
         description="memory budget of the whole service, e.g. 16GB; near it ingest stops reading until memory falls "
         "(0: no budget; default: 70% of the node's memory, under Ray's own monitor)",
     )
+    compute_queue_limit: int = Field(
+        256 * 1024 * 1024, ge=0,
+        description="deltas of the sealed epochs not merged yet (waiting for the compute stage or in its hands), e.g. 256MiB; at it "
+        "ingest stops reading until the compute stage is done with its batch (backpressure: the lag grows, nothing is lost), so a "
+        "slow merge never makes Ray's object store spill (default: half the embedded object store; 0: no bound but 64 epochs)",
+    )
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
     archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
@@ -189,7 +195,7 @@ class Settings(BaseSettings):
     def _window(cls, v):
         return None if v is None or str(v).strip().lower() in ("", "off", "none") else parse_duration(v)
 
-    @field_validator("max_header_bytes", mode="before")
+    @field_validator("max_header_bytes", "compute_queue_limit", mode="before")
     @classmethod
     def _bytes(cls, v):
         from pulsegraph.memory import parse_size

@@ -1,7 +1,8 @@
 """Supervision: the watch over a running :class:`~pulsegraph.topology.Pipeline`.
 
 Once a second it polls every actor (the status behind /health), keeps the
-memory budget (pausing and resuming the ingest actors), and checks every
+memory budget and the bound on the compute stage's queue (pausing and resuming
+the ingest actors while either is reached), and checks every
 TOPIC_CHECK_S that the Kafka topic is still the one the actors were launched
 for. When an actor died, an epoch failed or the topic changed, it relaunches
 the pipeline from the newest checkpoint, backing off while relaunches keep
@@ -50,6 +51,11 @@ class Supervisor:
         self._topic_asking = threading.Event()  # a check is under way on its own thread
         # What the last check found wrong with the topic as launched, until the watch reads it.
         self._topic_verdict: tuple[TopicInfo, str] | None = None
+        # Why the ingest actors were last told to pause ("memory", "compute_queue"; empty: they read), and
+        # the time the compute queue has kept them paused (since when, while it does).
+        self._causes: tuple[str, ...] = ()
+        self._queue_since: float | None = None
+        self._queue_throttled_s = 0.0
 
     def run(self) -> None:
         """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
@@ -60,7 +66,7 @@ class Supervisor:
                 continue
             try:
                 status = p.poll_status()
-                p._status = {**status, **self.check_memory(status)}
+                p._status = {**status, **self.check_backpressure(status)}
                 lost = status["_lost"]
             except RayActorError as exc:
                 lost = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
@@ -131,26 +137,68 @@ class Supervisor:
             return node_used()
         return service_memory(os.getpid(), OBJECT_STORE_BYTES)
 
-    def check_memory(self, status: dict) -> dict:
-        """Measure, pause or resume the ingest actors, and say so in the status."""
+    def check_backpressure(self, status: dict) -> dict:
+        """Measure the memory and read the compute stage's queue; pause the ingest actors while either is
+        at its bound, resume them when neither is, and say so in the status."""
+        out: dict = {}
+        reasons: dict[str, str] = {}
         guard = self.pipeline.memory
-        if guard is None:
-            return {}
-        changed = guard.update(self.measure_memory())
-        reason = guard.reason()
-        if changed:
-            log.warning("ingest %s", f"throttled: {reason}" if reason else "resumes: memory is back under the budget")
-        if guard.outgrown() and not guard.warned:
-            guard.warned = True
-            log.error("%s", reason)
-        if changed or (guard.throttled and not all(i.get("throttled") for i in status.get("_ingest", []))):
+        if guard is not None:
+            changed = guard.update(self.measure_memory())
+            reason = guard.reason()
+            if changed:
+                log.warning("ingest %s", f"throttled: {reason}" if reason else "resumes: memory is back under the budget")
+            if guard.outgrown() and not guard.warned:
+                guard.warned = True
+                log.error("%s", reason)
+            out["memory"] = {
+                "used_bytes": guard.used, "limit_bytes": guard.limit, "throttled": guard.throttled,
+                "throttled_seconds": round(guard.total_throttled_s(), 1),
+            }
+            if reason:
+                out["memory"]["reason"] = reasons["memory"] = reason
+        queue = status.get("compute_queue")
+        if queue is not None:
+            full = bool(queue["full"])
+            now = time.monotonic()
+            if full != (self._queue_since is not None):
+                if full:
+                    self._queue_since = now
+                else:
+                    self._queue_throttled_s += now - (self._queue_since or now)
+                    self._queue_since = None
+            out["compute_queue"] = {
+                **queue, "throttled": full,
+                "throttled_seconds": round(self._queue_throttled_s + (now - self._queue_since if self._queue_since else 0.0), 1),
+            }
+            if full:
+                out["compute_queue"]["reason"] = reasons["compute_queue"] = queue_reason(queue)
+        causes = tuple(reasons)
+        actors = [bool(i.get("throttled")) for i in status.get("_ingest", [])]
+        if causes != self._causes or any(a != bool(causes) for a in actors):
+            if "compute_queue" in causes and "compute_queue" not in self._causes:
+                log.info("ingest throttled: %s", reasons["compute_queue"])
+            elif "compute_queue" in self._causes and "compute_queue" not in causes:
+                log.info("the compute stage took the queued epochs%s", "" if causes else "; ingest resumes")
+            reason = "; ".join(reasons.values()) or None
             ray.get([a.throttle.remote(reason) for a in self.pipeline.ingest], timeout=STATUS_TIMEOUT_S)
-        out: dict = {"memory": {
-            "used_bytes": guard.used, "limit_bytes": guard.limit, "throttled": guard.throttled,
-            "throttled_seconds": round(guard.total_throttled_s(), 1),
-        }}
-        if guard.throttled:
-            out["memory"]["reason"] = reason
-            if status["ingest"] in ("running", "finished"):
-                out["ingest"] = "throttled"
+            self._causes = causes
+        if causes and status["ingest"] in ("running", "finished"):
+            out["ingest"] = "throttled"
         return out
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def queue_reason(queue: dict) -> str:
+    """Why a full compute queue pauses ingest, for /health and the log."""
+    limit = queue.get("limit_bytes")
+    held = queue["bytes"] + queue["handing_bytes"]
+    bound = f"--compute-queue-limit ({_size(limit)})" if limit and held >= limit else "64 queued epochs"
+    return (f"the compute stage is behind: {_size(held)} of sealed epochs' deltas are not merged yet ({queue['epochs']} epochs "
+            f"queued, the rest in its hands), at {bound}; ingest waits until it is done with its batch")

@@ -289,7 +289,7 @@ class Pipeline:
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level, s.epoch_log_keep,
-            s.checkpoint_budget,
+            s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
@@ -404,6 +404,8 @@ class Pipeline:
             "window": {"window_s": coord["window"], "watermark": coord["watermark"], "late": coord["late"]}
             if coord.get("window") else None,
             "checkpoint": coord.get("checkpoint"),
+            # The sealed epochs waiting for the compute stage; full: ingest pauses (the supervisor's backpressure).
+            "compute_queue": coord.get("compute_queue"),
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 

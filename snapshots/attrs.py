@@ -102,6 +102,13 @@ class AttrTable:
         if i < len(self._values):
             self._values[i] = None
 
+    def clear_many(self, ids: list[int]) -> None:
+        """:meth:`clear` for each of ``ids``."""
+        values, n = self._values, len(self._values)
+        for i in ids:
+            if i < n:
+                values[i] = None
+
     def ids(self) -> list[int]:
         """Vertex ids that have attributes."""
         return [i for i, v in enumerate(self._values) if v is not None]

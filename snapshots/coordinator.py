@@ -12,6 +12,16 @@ Cutting never waits for the consumer. Sealed epochs queue for a hand-off
 thread that gives the consumer everything queued whenever it is free, in one
 call: a consumer slower than the interval ranks the newest sealed epoch and
 skips the ones in between, instead of falling further behind each epoch.
+What is sealed and not yet merged is bounded by the size of its deltas
+(``max_queued_bytes``, ``--compute-queue-limit``), the queue and the batch in
+the consumer's hands together: they wait in Ray's object store, which spills to
+disk what does not fit, so a consumer that falls behind would cost a spill and
+the reading back of it, and batches too large to catch up with. At the bound
+:meth:`status` says the queue is full, and the supervisor pauses ingest as it
+does at the memory budget (backpressure: the source's lag grows, nothing is
+lost) until the consumer is done with its batch. Cuts go on meanwhile, so the
+queue carries what was read before the pause, a poll's worth past the bound at
+most.
 Checkpoints are placed by the hand-off thread: once ``--checkpoint-every``
 epochs have been sealed since the last one, the newest sealed epoch becomes
 the checkpoint when a hand-off starts (the shards have applied nothing after
@@ -63,8 +73,8 @@ from pulsegraph.snapshots.recovery import RecoveryPlan
 log = logging.getLogger(__name__)
 
 # Sealed epochs waiting for the consumer: beyond this the cut waits, so a consumer that stalls
-# makes epochs larger instead of queueing delta references without bound. At one epoch a second
-# it is a minute of epochs, more than any one computation measured (~47 s, full rate with a window).
+# makes epochs larger instead of queueing delta references without bound (a backstop for a
+# coordinator run without the supervisor's backpressure, which pauses ingest at max_queued_bytes).
 MAX_QUEUED = 64
 # Epochs kept for status(): a few minutes at the default interval.
 RECENT = 256
@@ -101,12 +111,15 @@ class EpochCoordinator:
         log_keep: int = 0,
         checkpoint_budget: float = 1.0,
         checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S,
+        max_queued_bytes: int | None = None,
     ) -> None:
         """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
         epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
         watermarks, so history after a crash is the history before it. ``log_keep``: the newest epochs
         the log keeps even once a checkpoint covers them (it is compacted after each checkpoint).
-        ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause)."""
+        ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause).
+        ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
+        hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it)."""
         configure_logging(log_level)
         self._shards = shards
         self._consumer = consumer
@@ -152,6 +165,9 @@ class EpochCoordinator:
         # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
         self._queued = threading.Condition()
+        self._max_queued_bytes = max_queued_bytes or None
+        self._queued_bytes = 0  # the deltas of the epochs in _queue
+        self._handing_bytes = 0  # ... and of the batch handed over, until the consumer is done with it
         self._busy = False  # the hand-off thread has taken a batch (placing its checkpoint, or in a consumer call)
         self._handed: dict | None = None  # what the consumer answered last
         self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
@@ -272,7 +288,7 @@ class EpochCoordinator:
                 commit_ms=(epoch.sealed_at - epoch.cut_at) * 1000.0, timeliness_ms=epoch.timeliness_ms,
                 cut_at=epoch.cut_at, updates=sum(s.updates for s in summaries),
                 live_edges=sum(s.live_edges for s in summaries), window=self._window, watermark=epoch.watermark,
-                late=self._count_late(summaries),
+                late=self._count_late(summaries), delta_bytes=sum(s.delta_bytes for s in summaries),
             )
             # A re-cut epoch is a checkpoint at the multiples, as it is re-cut: after a crash with nothing
             # new to read, the newest checkpoint catches up with the log. New epochs are made checkpoints
@@ -284,6 +300,7 @@ class EpochCoordinator:
             if self._consumer is not None or self._checkpoints is not None:
                 with self._queued:
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
+                    self._queued_bytes += info.delta_bytes
                     self._queued.notify_all()
             return info
 
@@ -345,6 +362,8 @@ class EpochCoordinator:
         while self._queue:
             item = self._queue.popleft()
             batch.append(item)
+            self._queued_bytes -= item[0].delta_bytes
+            self._handing_bytes += item[0].delta_bytes
             if item[2] is not None or (item[3] and item[0].epoch in self._ranked_before):
                 break
         return batch
@@ -370,9 +389,11 @@ class EpochCoordinator:
                 self._failed = f"compute failed on epoch {numbers[-1]}: {type(exc).__name__}: {exc}"
                 with self._queued:
                     self._queue.clear()
+                    self._queued_bytes = 0
             finally:
                 with self._queued:
                     self._busy = False
+                    self._handing_bytes = 0
                     self._queued.notify_all()
 
     def _hand_off(self, batch: list) -> None:
@@ -424,6 +445,18 @@ class EpochCoordinator:
             ):
                 self._queued.wait(1.0)
 
+    def queue_status(self) -> dict:
+        """The sealed epochs waiting for the consumer (how many, their deltas' bytes), the deltas of the
+        batch in its hands, the bound on both together, and whether the queue is full (at that bound or at
+        :data:`MAX_QUEUED` epochs, where the cut waits): then ingest must pause."""
+        with self._queued:
+            epochs, queued, handing = len(self._queue), self._queued_bytes, self._handing_bytes
+        limit = self._max_queued_bytes
+        return {
+            "epochs": epochs, "bytes": queued, "handing_bytes": handing, "limit_bytes": limit,
+            "full": epochs >= MAX_QUEUED or (limit is not None and queued + handing >= limit),
+        }
+
     def status(self) -> dict:
         last = self._last
         return {
@@ -433,6 +466,7 @@ class EpochCoordinator:
             "failed": self._failed,
             "ranked": (self._handed or {}).get("epoch", 0),  # the newest epoch the consumer finished
             "queued": len(self._queue),
+            "compute_queue": self.queue_status(),
             "durable": dict(self._durable),
             "replaying": len(self._replay),
             "window": self._window,

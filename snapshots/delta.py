@@ -44,6 +44,13 @@ class EpochDelta:
     # the vertex again by name. The compute stage counts, per global id, the shards still holding it.
     released: np.ndarray = field(default_factory=lambda: _I32)
 
+    @property
+    def nbytes(self) -> int:
+        """About what the delta takes in Ray's object store: its arrays, names and attributes."""
+        arrays = (self.new_ids, self.attr_ids, self.e_slot, self.e_src, self.e_dst, self.e_type, self.e_mult,
+                  self.e_weight, self.e_first_ts, self.released)
+        return sum(a.nbytes for a in arrays) + sum(map(len, self.new_names)) + sum(map(len, self.attrs))
+
 
 @dataclass(frozen=True)
 class ShardSummary:
@@ -58,6 +65,8 @@ class ShardSummary:
     # With a window: per partition, the offsets of this epoch's transactions that arrived with their
     # time already outside it (the coordinator counts them once across shards).
     late: dict[str, np.ndarray] = field(default_factory=dict)
+    # The delta's size (EpochDelta.nbytes): what the epoch adds to the queue for the compute stage.
+    delta_bytes: int = 0
 
 
 def weight_of(fixed: np.ndarray | int):

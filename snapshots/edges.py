@@ -15,7 +15,7 @@ from pulsegraph.base.keyindex import KeyIndex
 from pulsegraph.snapshots.growable import Column
 
 # The index holds packed edge keys (pulsegraph.base.edgekey): 67M local vertices and 4096 edge
-# types per shard; the shard's interners refuse more (snapshots.store).
+# types per shard; the shard's interners refuse more (pulsegraph.snapshots.store).
 
 
 class EdgeTable:

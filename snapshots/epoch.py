@@ -98,6 +98,7 @@ class EpochInfo:
     window: float | None = None  # with a window: its length (s), W_e, and the epoch's late transactions
     watermark: float | None = None
     late: int = 0
+    delta_bytes: int = 0  # the shards' deltas together (EpochDelta.nbytes): what it adds to the compute stage's queue
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ _ERRORS = "surrogatepass"
 
 def hashes(names: list[str]) -> np.ndarray:
     """Each name's 64-bit hash as a uint64 key (Python's own, computed once per string object)."""
-    return np.fromiter((hash(name) for name in names), dtype=np.int64, count=len(names)).view(np.uint64)
+    return np.fromiter(map(hash, names), dtype=np.int64, count=len(names)).view(np.uint64)
 
 
 def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
@@ -104,6 +104,21 @@ class HashIndex:
         """Stop indexing ``names`` (each indexed now)."""
         clash = self._clash
         self._by_hash.discard(hashes([name for name in names if clash.pop(name, None) is None]))  # else its hash is another's
+
+    def discard_at(self, names: list[str], ids: np.ndarray) -> None:
+        """Stop indexing each of ``names`` that is indexed at its id in ``ids``; the others are left as
+        they are. Each name must be the one its holder keeps at that id: then an entry of the name's hash
+        that holds the id is the name's own (an id has one name), so one search of the hashes does it,
+        with no name compared."""
+        if not names:
+            return
+        ids = np.asarray(ids, dtype=np.int64)
+        clash = self._clash
+        if clash:
+            for name, i in zip(names, ids.tolist()):
+                if clash.get(name) == i:
+                    del clash[name]
+        self._by_hash.discard(hashes(names), ids)
 
 
 class NameTable:

@@ -233,6 +233,7 @@ class ShardStore:
             live_edges=e.live(),
             buffered=sum(b.size() for b in self._buffers.values()),
             late=late,
+            delta_bytes=delta.nbytes,
         )
         return summary, delta
 

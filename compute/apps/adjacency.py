@@ -27,8 +27,9 @@ from pulsegraph.compute.apps.rowtable import (
     pack,
     unpack,
 )
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.exceptions import ComputeError
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.snapshots.growable import Column
 
 __all__ = ["COMPACT_FRACTION", "COMPACT_MIN", "AppAdjacency", "RowTable", "pack"]
@@ -100,7 +101,7 @@ class AppAdjacency:
         step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
         moved = np.flatnonzero(step)
         if len(moved):
-            # Rows are edges, not slots (pulsegraph.compute.graph.by_edge: a reused slot comes as two rows), so a
+            # Rows are edges, not slots (pulsegraph.compute.changes.by_edge: a reused slot comes as two rows), so a
             # row's before and after name one pair and the new state's pair is the row's either way.
             keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
             diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)

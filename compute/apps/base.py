@@ -7,7 +7,7 @@ that the runner keeps across epochs and updates from each epoch's changes (``bui
 one from scratch: the reference the tests compare with). :class:`AppDelta` is what the epoch
 did, edge by edge: edges that went live and edges that went (a pair with another live type
 counts as gone too: conservative, never wrong). Its rows are edges, never slots (see
-:func:`pulsegraph.compute.graph.by_edge`: with a window a shard reuses the slots of expired edges), so a row's
+:func:`pulsegraph.compute.changes.by_edge`: with a window a shard reuses the slots of expired edges), so a row's
 before and after always name one (src, dst, type). Must not touch the rank engine or the shards.
 """
 
@@ -23,7 +23,8 @@ import scipy.sparse as sp
 
 from pulsegraph.base.arrays import gather_ranges
 from pulsegraph.compute.apps.adjacency import AppAdjacency
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.graph import GlobalGraph
 
 INF = np.int32(2**30)
 

@@ -30,7 +30,8 @@ from pulsegraph.compute.apps.components import Components
 from pulsegraph.compute.apps.exposure import Exposure
 from pulsegraph.compute.apps.landmarks import Landmarks
 from pulsegraph.compute.apps.trends import Trends
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.graph import GlobalGraph
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.apps.components import ComponentsResult
 from pulsegraph.compute.apps.exposure import TopicsResult
 from pulsegraph.compute.apps.landmarks import LandmarksResult
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 

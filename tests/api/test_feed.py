@@ -13,7 +13,7 @@ from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.apps.base import Patch
 from pulsegraph.compute.apps.components import ComponentsResult
 from pulsegraph.compute.apps.landmarks import LandmarksResult
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 

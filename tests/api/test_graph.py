@@ -10,7 +10,7 @@ import pytest
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.base import keyindex
 from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES
-from pulsegraph.compute.graph import EdgeChanges
+from pulsegraph.compute.changes import EdgeChanges
 
 
 def random_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 3):

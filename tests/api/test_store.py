@@ -166,7 +166,7 @@ def test_the_retention_still_bounds_the_epochs_kept():
 def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
     """Each epoch an edge a -> x lives and the one before dies: once the store lets an epoch go (ids
     reused), its undo record and the slot of an edge only it saw live are gone too, reused by new edges."""
-    from pulsegraph.compute.graph import EdgeChanges  # noqa: PLC0415
+    from pulsegraph.compute.changes import EdgeChanges  # noqa: PLC0415
 
     store = ResultStore(retain=100)
     store.add([], NameChanges(0, NAMES))

@@ -120,3 +120,31 @@ def test_archived_epochs_keep_window_watermark_and_presence(tmp_path):
     back, _ = got
     assert (back.window, back.watermark, back.late, back.vertices) == (r.window, r.watermark, r.late, r.vertices)
     assert np.array_equal(back.present, r.present)
+
+
+def test_with_ids_reused_soon_every_retained_epoch_pairs_each_score_with_its_own_vertex():
+    """A reuse delay of one second of event time and few users: ids change hands epoch after epoch. The
+    store follows every rename and keeps only the epochs whose ids still name the vertices they named, so
+    through its names every present vertex of every retained epoch has that vertex's own score."""
+    from tests.compute.test_window import shard_window_epochs  # noqa: PLC0415
+
+    stage = ComputeStage(RANKED, reuse_after=1)
+    store = ResultStore(retain=50)
+    at: dict[int, dict[str, tuple[float, float]]] = {}
+    reused, last, before = 0, 0, []
+    for _, sealed in shard_window_epochs(3, 30, users=20):
+        r = stage.apply([sealed])
+        g = stage.graph
+        reused += sum(1 for i, name in enumerate(before[: g.n]) if name and g.names[i] and g.names[i] != name)
+        before = list(g.names)
+        at[r.epoch] = {g.names[i]: (float(r.scores["pagerank"][i]), float(r.scores["tunkrank"][i])) for i in np.flatnonzero(r.present)}
+        store.add([r], g.name_changes(last, len(store.names)))
+        g.forget_renames(r.epoch)
+        last = r.epoch
+        assert store.names == g.names and all(store.index[n] == i for i, n in enumerate(g.names) if n)
+        for e in store.epoch_numbers():
+            result = store.get(e).result
+            got = {store.names[i]: (float(result.scores["pagerank"][i]), float(result.scores["tunkrank"][i]))
+                   for i in np.flatnonzero(result.present)}
+            assert got == at[e], e
+    assert reused > 0 and store.retained() < 30  # ids changed hands, and the epochs before the changes went

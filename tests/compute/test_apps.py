@@ -19,7 +19,8 @@ from pulsegraph.compute.apps.components import Components
 from pulsegraph.compute.apps.exposure import Exposure
 from pulsegraph.compute.apps.landmarks import UNREACHABLE, estimate
 from pulsegraph.compute.apps.runner import AppConfig, Applications
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.ingest.batch import Router
 from pulsegraph.ingest.events import EdgeUpdate, Tweet, fixed_weight
 from pulsegraph.ingest.transforms import tweets_transform

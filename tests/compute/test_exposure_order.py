@@ -41,7 +41,7 @@ def topics_by_cuts(records: list[bytes], cuts: list[int]) -> dict:
     out = None
     for epoch, high in enumerate(cuts, start=1):
         merged = [g.apply_with_previous(s.apply(epoch, {"p": high})[1]) for s in stores]
-        from pulsegraph.compute.graph import EdgeChanges
+        from pulsegraph.compute.changes import EdgeChanges
 
         changes = EdgeChanges.concat([c for c, _ in merged])
         before = EdgeChanges.concat([b for _, b in merged])

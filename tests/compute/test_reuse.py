@@ -214,3 +214,63 @@ def test_an_id_let_go_twice_in_one_epoch_is_given_back_once():
     ids.name(["c", "d"], 3)
     assert ids.names == ["c", "b", "d"] and ids.index.lookup(["b", "c", "d", "a"]).tolist() == [1, 0, 2, -1]
     assert len(ids.index) == 3
+
+
+def returning(e: int) -> list[tuple[int, list[EdgeUpdate]]]:
+    """Epoch ``e``'s transactions between twelve names that take turns: ``v{j}`` has edges for four epochs,
+    then none for eight, longer than the window and the reuse delay together, so each leaves, its id
+    goes to another, and it comes back under a new one, again and again."""
+    active = [j for j in range(12) if (e // 4 + j) % 3 == 0]
+    out = []
+    for k, j in enumerate(active):
+        dst = active[(k + 1) % len(active)]
+        out.append((PER_EPOCH * (e - 1) + k, [EdgeUpdate(f"v{j}", f"v{dst}", "link", 1, 1, float(e))]))
+    return out
+
+
+def test_vertices_that_leave_and_come_back_keep_the_same_ids_however_merged_restarted_and_renamed():
+    def cut(stores: list[ShardStore], e: int) -> list[EpochDelta]:
+        router = Router(SHARDS)
+        for offset, updates in returning(e):
+            router.add("p", offset, updates)
+        router.stamp_times()
+        for store, batch in zip(stores, router.take()):
+            store.receive(batch)
+        return [store.apply(e, {"p": PER_EPOCH * e}, float(e))[1] for store in stores]
+
+    stores = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    again = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    one = GlobalGraph(windowed=True, reuse_after=1)
+    merged = GlobalGraph(windowed=True, reuse_after=1)
+    restarted = GlobalGraph(windowed=True, reuse_after=1)
+    batch: list[list[EpochDelta]] = []
+    copy: list[str] = []
+    came_back = 0
+    ids_of: dict[str, set[int]] = {}
+    for e in range(1, 73):
+        deltas = cut(stores, e)
+        one.apply_epochs([deltas])
+        restarted.apply_epochs([cut(again, e)])
+        batch.append(deltas)
+        if len(batch) == 1 + e % 5:  # batches of one to five epochs
+            merged.apply_epochs(batch)
+            batch = []
+            assert merged.names == one.names and merged.snapshot() == one.snapshot()
+        live = {(u.src, u.dst, u.type) for x in range(max(1, e - 2), e + 1) for _, us in returning(x) for u in us}
+        assert live_names(one) == live and restarted.names == one.names and live_names(restarted) == live
+        held = {name: i for i, name in enumerate(one.names) if name}
+        assert len(one.index) == len(held) and all(one.index[name] == i for name, i in held.items())
+        for name, i in held.items():
+            came_back += i not in ids_of.setdefault(name, {i})
+            ids_of[name].add(i)
+        changes = one.name_changes(e - 1, len(copy))
+        for i, name in zip(changes.ids.tolist(), changes.renamed):
+            copy[i] = name
+        copy[changes.start :] = changes.names
+        one.forget_renames(e - 1)
+        assert copy == one.names
+        if e % 20 == 0:  # a checkpoint and a restart from it
+            again = [ShardStore.restore(b"".join(s.state())) for s in again]
+            restarted = GlobalGraph.restore_ids(restarted.ids_state(), 1)
+            restarted.set_windowed(True)
+    assert came_back >= 12 and one.n <= 12  # names came back under other ids, in an id space of twelve

@@ -22,7 +22,8 @@ import pytest
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.compute.apps.adjacency import AppAdjacency
 from pulsegraph.compute.apps.runner import AppConfig, Applications
-from pulsegraph.compute.graph import EdgeChanges, GlobalGraph
+from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.pagerank import pagerank_reference
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch
 from pulsegraph.compute.tunkrank import tunkrank_reference
@@ -454,11 +455,16 @@ def as_lists(result) -> dict:
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(result).items()}
 
 
-@pytest.mark.parametrize("seed,reuse_after", [(0, None), (1, None), (2, None), (0, 1), (1, 2), (2, 3)])
-def test_real_windowed_shards_rank_as_their_window(seed, reuse_after):
+@pytest.mark.parametrize("seed,reuse_after,users,merged", [
+    (0, None, 10, 2), (1, None, 10, 2), (2, None, 10, 2), (0, 1, 60, 2), (1, 2, 60, 2), (2, 3, 60, 2),
+    # Reuse-heavy: a delay of one second of event time, few users, and batches of several epochs, so
+    # vertices leave and come back under reused ids within one merge.
+    (3, 1, 20, 5), (4, 1, 25, 3),
+])
+def test_real_windowed_shards_rank_as_their_window(seed, reuse_after, users, merged):
     """The shards' own windowed snapshots (what the shard side holds to its definition) are the reference:
-    the stage, one epoch at a time and in merged pairs, must hold that graph and rank it, with vertex
-    ids reused (``reuse_after``) the same in both."""
+    the stage, one epoch at a time and in batches of ``merged``, must hold that graph and rank it, with
+    vertex ids reused (``reuse_after``) the same in both."""
     from pulsegraph.ingest.events import WEIGHT_SCALE  # noqa: PLC0415
 
     ranked = ("mentions",)
@@ -468,13 +474,13 @@ def test_real_windowed_shards_rank_as_their_window(seed, reuse_after):
     expired = late = counted = 0
     recycled: list[int] = []
     # With reuse, more users than a window holds, so that some leave it for long enough.
-    stream = shard_window_epochs(seed, recycled=recycled) if reuse_after is None else shard_window_epochs(seed, 30, recycled=recycled, users=60)
+    stream = shard_window_epochs(seed, recycled=recycled) if reuse_after is None else shard_window_epochs(seed, 30, recycled=recycled, users=users)
     for snap, sealed_epoch in stream:
         late += sealed_epoch.info.late
         batch.append(sealed_epoch)
         stages = [(one, one.apply([sealed_epoch]))]
         counted += stages[0][1].late
-        if len(batch) == 2:
+        if len(batch) == merged:
             stages.append((many, many.apply(batch)))
             batch = []
             assert many.graph.names == one.graph.names and published(stages[1][1]) == published(stages[0][1])

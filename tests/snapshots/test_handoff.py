@@ -11,6 +11,7 @@ computation before they were ranked.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -21,6 +22,8 @@ from pulsegraph.snapshots.checkpoint import CheckpointStore
 from pulsegraph.snapshots.coordinator import EpochCoordinator
 from pulsegraph.snapshots.epoch import EpochLog
 from pulsegraph.snapshots.shard import ShardActor
+from pulsegraph.snapshots.store import ShardStore
+from tests.snapshots.streams import route
 
 
 @ray.remote(max_concurrency=4)
@@ -90,6 +93,59 @@ def test_a_busy_consumer_gets_every_epoch_sealed_meanwhile_in_one_hand_off_endin
         assert EpochLog.read_ranked(str(data / "epochs.log")) == [8, 9, 10, 11, 12]
         status = ray.get(coord.status.remote())
         assert status["ranked"] == 12 and status["queued"] == 0
+    finally:
+        ray.get(coord.stop.remote())
+        ray.get(compute.close.remote())
+        for a in [coord, compute, *shards]:
+            ray.kill(a)
+
+
+
+def test_the_queue_for_a_busy_consumer_is_full_at_its_bytes_bound_and_empty_once_merged(ray_cluster, tmp_path):
+    """What is sealed and not merged yet is bounded by its deltas' bytes: status() says the queue is full
+    (the supervisor then pauses ingest) once the batch in the consumer's hands and the epochs sealed
+    meanwhile reach the bound, and it is empty again when the consumer is done with them."""
+    shards = [ShardActor.remote(i) for i in range(2)]
+    compute = GatedCompute.remote()
+    data = tmp_path / "data"
+    records = [(o, json.dumps([{"op": "add_edge", "src": f"u{o}", "dst": f"v{o % 7}", "type": "link"}]).encode())
+               for o in range(40)]
+    sizes: list[int] = []
+
+    def cut(coord, e: int) -> dict:
+        batch = records[(e - 1) * 5 : e * 5]
+        ray.get([s.receive.remote(b) for s, b in zip(shards, route(2, "p", batch)) if len(b)])
+        ray.get(coord.report_progress.remote({"p": (e * 5, 5, None)}, time.time(), 5))
+        info = ray.get(coord.cut.remote())
+        assert info.epoch == e and info.delta_bytes > 0
+        sizes.append(info.delta_bytes)
+        return ray.get(coord.queue_status.remote())
+
+    # The bound: about two and a half epochs of five new edges each (the first epoch's deltas, made beside).
+    stores = [ShardStore(i) for i in range(2)]
+    for store, b in zip(stores, route(2, "p", records[:5])):
+        if len(b):
+            store.receive(b)
+    bound = int(2.5 * sum(store.apply(1, {"p": 5}, None)[1].nbytes for store in stores))
+    coord = EpochCoordinator.remote(shards, compute, str(data / "epochs.log"), None, str(data), 0, max_queued_bytes=bound)
+    try:
+        assert not cut(coord, 1)["full"]
+        wait_for(lambda: ray.get(compute.batches.remote()) == [[1]], "epoch 1 was not handed over")
+        busy = ray.get(coord.queue_status.remote())
+        assert busy == {"epochs": 0, "bytes": 0, "handing_bytes": sizes[0], "limit_bytes": bound, "full": False}
+        fills = [cut(coord, e) for e in (2, 3, 4)]  # sealed while the consumer is busy with epoch 1
+        assert [q["epochs"] for q in fills] == [1, 2, 3]
+        assert [q["bytes"] for q in fills] == [sum(sizes[1:k]) for k in (2, 3, 4)]
+        # Full counts the batch in the consumer's hands too: epoch 1 and the queue together reach the bound.
+        assert all(q["handing_bytes"] == sizes[0] for q in fills)
+        assert [q["full"] for q in fills] == [q["bytes"] + sizes[0] >= bound for q in fills]
+        assert fills[-1]["full"] and not fills[0]["full"]
+        assert ray.get(coord.status.remote())["compute_queue"]["full"]
+        compute.open.remote()
+        ray.get(coord.flush.remote())
+        assert ray.get(compute.batches.remote()) == [[1], [2, 3, 4]]
+        after = ray.get(coord.queue_status.remote())
+        assert after == {"epochs": 0, "bytes": 0, "handing_bytes": 0, "limit_bytes": bound, "full": False}
     finally:
         ray.get(coord.stop.remote())
         ray.get(compute.close.remote())

@@ -219,3 +219,74 @@ def test_an_epoch_log_whose_watermark_goes_back_is_not_one_history(tmp_path):
     log.close()
     with pytest.raises(EpochLogError, match="line 2: the watermark goes back from 50.0 to 40.0"):
         EpochLog.read(path)
+
+
+@st.composite
+def advancing_streams(draw):
+    """Records whose times advance with their offsets (two a second, a little disorder), between a few
+    names: the window moves on through the stream, and vertices leave it and come back again and again."""
+    names = st.sampled_from(list("abcdefghijklmnop"))
+    edge = st.fixed_dictionaries({"op": st.sampled_from(["add_edge", "add_edge", "remove_edge"]), "src": names, "dst": names,
+                                  "type": st.sampled_from(TYPES), "weight": st.sampled_from(WEIGHTS)})
+    upsert = st.fixed_dictionaries({"op": st.just("upsert_vertex"), "id": names, "attrs": st.fixed_dictionaries({"v": st.integers(0, 9)})})
+
+    def at(offset: int):
+        return st.lists(st.one_of(edge, edge, edge, upsert), min_size=1, max_size=2).map(
+            lambda evs: json.dumps([{**ev, "ts": float(1 + offset // 2 + k % 2)} for k, ev in enumerate(evs)]).encode())
+
+    n = draw(st.integers(1, 2))
+    return {f"p{i}": list(enumerate(draw(st.tuples(*(at(o) for o in range(draw(st.integers(0, 60)))))))) for i in range(n)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(stream=advancing_streams(), n_shards=st.integers(1, 3), data=st.data())
+def test_the_compute_stage_holds_the_window_while_ids_are_given_back_and_reused_soon_after_vertices_leave(stream, n_shards, data):
+    """A few names, times that advance, and a reuse delay of a few seconds of event time: vertices leave
+    the window, their ids are given back and taken by others, and they come back under new ones, epoch
+    after epoch. The compute stage must hold the shards' window by name at every epoch, give the same ids
+    however the epochs are merged and after a restart from a checkpoint, keep its index on its names, and
+    tell a consumer every rename."""
+    from pulsegraph.compute.graph import GlobalGraph  # noqa: PLC0415
+
+    reuse_after = data.draw(st.sampled_from([0.5, 1.0, 3.0]))
+    stores = [ShardStore(s, WINDOW, 1) for s in range(n_shards)]
+    again = [ShardStore(s, WINDOW, 1) for s in range(n_shards)]  # restarted from a checkpoint on the way
+    one = GlobalGraph(windowed=True, reuse_after=reuse_after)
+    merged = GlobalGraph(windowed=True, reuse_after=reuse_after)
+    restarted = GlobalGraph(windowed=True, reuse_after=reuse_after)
+    batch: list = []
+    copy: list[str] = []
+    vector: dict[str, int] = {}
+    watermark = -math.inf
+    restored_at = data.draw(st.integers(1, 8))
+    for epoch in range(1, data.draw(st.integers(1, 16)) + 1):
+        nxt = {p: data.draw(st.integers(vector.get(p, 0), len(recs))) for p, recs in stream.items()}
+        chunk = data.draw(st.integers(1, 5))
+        watermark = max(watermark, deliver(stores, stream, vector, nxt, chunk))
+        deliver(again, stream, vector, nxt, chunk)
+        vector = nxt
+        w = watermark if math.isfinite(watermark) else 0.0
+        deltas = [s.apply(epoch, vector, w)[1] for s in stores]
+        one.apply_epochs([deltas])
+        restarted.apply_epochs([[s.apply(epoch, vector, w)[1] for s in again]])
+        batch.append(deltas)
+        if data.draw(st.booleans()):
+            merged.apply_epochs(batch)
+            batch = []
+            assert merged.names == one.names and merged.snapshot() == one.snapshot()
+        assert one.snapshot() == merge([s.snapshot() for s in stores])
+        assert restarted.names == one.names and restarted.snapshot() == one.snapshot()
+        held = {name: i for i, name in enumerate(one.names) if name}
+        assert len(one.index) == len(held) and all(one.index[name] == i for name, i in held.items())
+        changes = one.name_changes(epoch - 1, len(copy))
+        for i, name in zip(changes.ids.tolist(), changes.renamed):
+            copy[i] = name
+        copy[changes.start :] = changes.names
+        one.forget_renames(epoch - 1)
+        assert copy == one.names
+        if epoch == restored_at:  # a checkpoint of the shards and the ids here, and a restart from it
+            again = [ShardStore.restore(s.state()) for s in again]
+            for s in again:
+                s.recycle_every = 1
+            restarted = GlobalGraph.restore_ids(restarted.ids_state(), reuse_after)
+            restarted.set_windowed(True)
