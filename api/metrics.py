@@ -66,6 +66,19 @@ class _PipelineCollector:
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], float(mem[key]))
                 yield g
+        paused = CounterMetricFamily(
+            "pulsegraph_ingest_paused_seconds", "time ingest spent paused, by what paused it (the memory budget has its own "
+            "pulsegraph_ingest_throttled_seconds)", labels=["cause"],
+        )
+        for cause in ("compute_queue", "result_lag"):
+            if s.get(cause):
+                paused.add_metric([cause], s[cause]["throttled_seconds"])
+        yield paused
+        lag = s.get("result_lag")
+        if lag:
+            g = GaugeMetricFamily("pulsegraph_result_lag_seconds", "seal time between the newest sealed epoch and the newest ranked one")
+            g.add_metric([], float(lag["seconds"]))
+            yield g
         try:
             r = self._store.get().result
             latest = (r.epoch, r.vertices, r.edges)

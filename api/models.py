@@ -171,6 +171,15 @@ class HealthComputeQueue(BaseModel):
     reason: str | None = Field(None, description="why ingest is paused, while it is")
 
 
+class HealthResultLag(BaseModel):
+    seconds: float = Field(description="seal time between the newest sealed epoch and the newest ranked one")
+    limit_s: float | None = Field(description="--max-result-lag (null: no bound, only reported)")
+    over: bool = Field(description="over the bound: ingest is paused until ranking catches up")
+    throttled: bool = Field(description="the lag keeps ingest paused now")
+    throttled_seconds: float = Field(description="time the lag kept ingest paused since the launch")
+    reason: str | None = Field(None, description="why ingest is paused, while it is")
+
+
 class Health(BaseModel):
     status: str
     epoch: int
@@ -178,6 +187,9 @@ class Health(BaseModel):
     checkpoint: HealthCheckpoint | None = Field(None, description="the checkpoints' cost (null before the first status poll)")
     compute_queue: HealthComputeQueue | None = Field(
         None, description="what waits for the compute stage; when full, ingest is paused (backpressure, as at the memory budget)")
+    result_lag: HealthResultLag | None = Field(
+        None, description="how far ranked results are behind the cuts (null until this run ranked an epoch); over "
+        "--max-result-lag, ingest is paused")
 
 
 class HistoryPoint(BaseModel):

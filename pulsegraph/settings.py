@@ -179,16 +179,23 @@ class Settings(BaseSettings):
         "ingest stops reading until the compute stage is done with its batch (backpressure: the lag grows, nothing is lost), so a "
         "slow merge never makes Ray's object store spill (default: half the embedded object store; 0: no bound but 64 epochs)",
     )
+    max_result_lag: float | None = Field(
+        None, gt=0,
+        description="how far the newest ranked epoch may fall behind the newest sealed one, in seal time, e.g. 5s; past it "
+        "ingest stops reading until ranking catches up (backpressure: the lag grows, nothing is lost), so results are never "
+        "older than this plus one batch's ranking (default: off: ranking keeps up with the stream by merging larger batches)",
+    )
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
     archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
 
-    @field_validator("epoch_interval", "id_reuse_after", "header_timeout", "keep_alive_timeout", "send_timeout", mode="before")
+    @field_validator("epoch_interval", "id_reuse_after", "header_timeout", "keep_alive_timeout", "send_timeout", "max_result_lag",
+                     mode="before")
     @classmethod
     def _duration(cls, v):
-        return parse_duration(v)
+        return None if v is None else parse_duration(v)  # None: only where the field allows it (a bound that is off)
 
     @field_validator("window", mode="before")
     @classmethod

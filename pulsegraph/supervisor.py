@@ -1,8 +1,9 @@
 """Supervision: the watch over a running :class:`~pulsegraph.topology.Pipeline`.
 
 Once a second it polls every actor (the status behind /health), keeps the
-memory budget and the bound on the compute stage's queue (pausing and resuming
-the ingest actors while either is reached), and checks every
+memory budget, the bound on the compute stage's queue and the bound on how far
+ranked results may fall behind (pausing and resuming the ingest actors while
+any is reached), and checks every
 TOPIC_CHECK_S that the Kafka topic is still the one the actors were launched
 for. When an actor died, an epoch failed or the topic changed, it relaunches
 the pipeline from the newest checkpoint, backing off while relaunches keep
@@ -54,8 +55,7 @@ class Supervisor:
         # Why the ingest actors were last told to pause ("memory", "compute_queue"; empty: they read), and
         # the time the compute queue has kept them paused (since when, while it does).
         self._causes: tuple[str, ...] = ()
-        self._queue_since: float | None = None
-        self._queue_throttled_s = 0.0
+        self._paused = {"compute_queue": _PauseClock(), "result_lag": _PauseClock()}
 
     def run(self) -> None:
         """Refresh the status behind /health; relaunch the pipeline when an actor died or an epoch failed."""
@@ -138,8 +138,8 @@ class Supervisor:
         return service_memory(os.getpid(), OBJECT_STORE_BYTES)
 
     def check_backpressure(self, status: dict) -> dict:
-        """Measure the memory and read the compute stage's queue; pause the ingest actors while either is
-        at its bound, resume them when neither is, and say so in the status."""
+        """Measure the memory, read the compute stage's queue and the ranked results' lag; pause the ingest
+        actors while any is at its bound, resume them when none is, and say so in the status."""
         out: dict = {}
         reasons: dict[str, str] = {}
         guard = self.pipeline.memory
@@ -160,32 +160,49 @@ class Supervisor:
         queue = status.get("compute_queue")
         if queue is not None:
             full = bool(queue["full"])
-            now = time.monotonic()
-            if full != (self._queue_since is not None):
-                if full:
-                    self._queue_since = now
-                else:
-                    self._queue_throttled_s += now - (self._queue_since or now)
-                    self._queue_since = None
-            out["compute_queue"] = {
-                **queue, "throttled": full,
-                "throttled_seconds": round(self._queue_throttled_s + (now - self._queue_since if self._queue_since else 0.0), 1),
-            }
+            out["compute_queue"] = {**queue, "throttled": full, "throttled_seconds": self._paused["compute_queue"].tick(full)}
             if full:
                 out["compute_queue"]["reason"] = reasons["compute_queue"] = queue_reason(queue)
+        lag = status.get("result_lag")
+        if lag is not None:
+            over = bool(lag["over"])
+            out["result_lag"] = {**lag, "throttled": over, "throttled_seconds": self._paused["result_lag"].tick(over)}
+            if over:
+                out["result_lag"]["reason"] = reasons["result_lag"] = (
+                    f"ranked results are {lag['seconds']:.1f} s of seal time behind the newest sealed epoch, over "
+                    f"--max-result-lag ({lag['limit_s']:g} s); ingest waits until ranking catches up")
         causes = tuple(reasons)
         actors = [bool(i.get("throttled")) for i in status.get("_ingest", [])]
         if causes != self._causes or any(a != bool(causes) for a in actors):
-            if "compute_queue" in causes and "compute_queue" not in self._causes:
-                log.info("ingest throttled: %s", reasons["compute_queue"])
-            elif "compute_queue" in self._causes and "compute_queue" not in causes:
-                log.info("the compute stage took the queued epochs%s", "" if causes else "; ingest resumes")
+            for cause, done in (("compute_queue", "the compute stage took the queued epochs"), ("result_lag", "ranking caught up")):
+                if cause in causes and cause not in self._causes:
+                    log.info("ingest throttled: %s", reasons[cause])
+                elif cause in self._causes and cause not in causes:
+                    log.info("%s%s", done, "" if causes else "; ingest resumes")
             reason = "; ".join(reasons.values()) or None
             ray.get([a.throttle.remote(reason) for a in self.pipeline.ingest], timeout=STATUS_TIMEOUT_S)
             self._causes = causes
         if causes and status["ingest"] in ("running", "finished"):
             out["ingest"] = "throttled"
         return out
+
+
+class _PauseClock:
+    """The time one cause has kept ingest paused since the launch, counted from the status polls."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.total_s = 0.0
+
+    def tick(self, paused: bool) -> float:
+        """Note whether the cause pauses ingest now; returns its seconds so far, rounded for /health."""
+        now = time.monotonic()
+        if paused and self.since is None:
+            self.since = now
+        elif not paused and self.since is not None:
+            self.total_s += now - self.since
+            self.since = None
+        return round(self.total_s + (now - self.since if self.since is not None else 0.0), 1)
 
 
 def _size(n: int) -> str:

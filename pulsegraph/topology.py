@@ -289,7 +289,7 @@ class Pipeline:
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
             str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level, s.epoch_log_keep,
-            s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None,
+            s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None, max_result_lag=s.max_result_lag,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
@@ -406,6 +406,7 @@ class Pipeline:
             "checkpoint": coord.get("checkpoint"),
             # The sealed epochs waiting for the compute stage; full: ingest pauses (the supervisor's backpressure).
             "compute_queue": coord.get("compute_queue"),
+            "result_lag": coord.get("result_lag"),
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }
 

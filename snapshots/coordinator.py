@@ -112,6 +112,7 @@ class EpochCoordinator:
         checkpoint_budget: float = 1.0,
         checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S,
         max_queued_bytes: int | None = None,
+        max_result_lag: float | None = None,
     ) -> None:
         """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
         epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
@@ -119,7 +120,9 @@ class EpochCoordinator:
         the log keeps even once a checkpoint covers them (it is compacted after each checkpoint).
         ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause).
         ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
-        hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it)."""
+        hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
+        ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest
+        sealed one before :meth:`status` says the lag is over its bound (None: no bound, only reported)."""
         configure_logging(log_level)
         self._shards = shards
         self._consumer = consumer
@@ -171,6 +174,8 @@ class EpochCoordinator:
         self._busy = False  # the hand-off thread has taken a batch (placing its checkpoint, or in a consumer call)
         self._handed: dict | None = None  # what the consumer answered last
         self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
+        self._max_result_lag = max_result_lag or None
+        self._ranked_sealed_at: float | None = None  # when the newest epoch the consumer ranked was sealed
         self._failed: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -401,6 +406,7 @@ class EpochCoordinator:
         if self._consumer is not None:
             refs = [d for _, deltas, _, _ in batch for d in deltas]
             self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
+            self._ranked_sealed_at = infos[-1].sealed_at
             self._log.mark_ranked(infos[-1].epoch)
         checkpoint = batch[-1][2]
         if checkpoint is not None:
@@ -457,6 +463,17 @@ class EpochCoordinator:
             "full": epochs >= MAX_QUEUED or (limit is not None and queued + handing >= limit),
         }
 
+    def result_lag(self) -> dict | None:
+        """How far ranking is behind the cuts: the seal time between the newest sealed epoch and the newest
+        ranked one, the bound, and whether the lag is over it (then ingest must pause until ranking catches
+        up). None until this run has ranked an epoch: a start or a relaunch first builds the whole graph."""
+        last, ranked_at = self._last, self._ranked_sealed_at
+        if ranked_at is None or last is None or not last.sealed_at:
+            return None
+        lag = max(last.sealed_at - ranked_at, 0.0)
+        limit = self._max_result_lag
+        return {"seconds": round(lag, 3), "limit_s": limit, "over": limit is not None and lag > limit}
+
     def status(self) -> dict:
         last = self._last
         return {
@@ -467,6 +484,7 @@ class EpochCoordinator:
             "ranked": (self._handed or {}).get("epoch", 0),  # the newest epoch the consumer finished
             "queued": len(self._queue),
             "compute_queue": self.queue_status(),
+            "result_lag": self.result_lag(),
             "durable": dict(self._durable),
             "replaying": len(self._replay),
             "window": self._window,

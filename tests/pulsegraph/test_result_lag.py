@@ -1,0 +1,72 @@
+"""A bound on how far ranked results fall behind: past it ingest stops reading, /health says why, and it
+resumes by itself once ranking catches up.
+
+Real actors on a real file stream. Epochs are cut every 50 ms and the bound is 50 ms of seal time, which
+a ranked batch on this machine takes longer than: the status polls find ingest paused by the lag within
+the first seconds. Nothing read is lost: the final graph equals the reference edge for edge.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from pulsegraph.settings import Settings
+from pulsegraph.topology import Pipeline
+from tests.graphref import reference
+from tests.pulsegraph.test_pipeline import edge_lines, write
+
+
+def test_a_lag_past_the_bound_pauses_ingest_until_ranking_catches_up_with_nothing_lost(ray_cluster, tmp_path):
+    lines = edge_lines(20_000, seed=9, vertices=400)
+    path = tmp_path / "events.jsonl"
+    write(path, lines)
+    settings = Settings(source="file", path=path, data_dir=tmp_path / "data", epoch_interval="50ms",
+                        batch_size=200, rate=2000, max_result_lag="50ms", memory_limit=0)
+    p = Pipeline(settings).start()
+    try:
+        deadline = time.monotonic() + 90
+        seen = None
+        while seen is None:
+            assert time.monotonic() < deadline, p.status()
+            status = p.status()
+            if (status.get("result_lag") or {}).get("throttled"):
+                seen = status
+            time.sleep(0.05)
+        lag = seen["result_lag"]
+        assert seen["ingest"] == "throttled" and lag["limit_s"] == 0.05 and lag["seconds"] > 0.05 and lag["over"]
+        assert "--max-result-lag" in lag["reason"]
+        view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=180)
+        want = reference({"file:0": list(enumerate(lines))}, view.result.vector, "edges")
+        assert ray.get(p.compute.snapshot.remote()) == want
+        # The stream is read whole: the next batch ranks the last epochs and the lag falls under the bound.
+        deadline = time.monotonic() + 30
+        status = p.status()
+        while status["result_lag"]["throttled"]:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+            status = p.status()
+        assert status["ingest"] in ("running", "finished") and status["result_lag"]["throttled_seconds"] > 0
+        assert status["result_lag"]["seconds"] <= 0.05
+    finally:
+        p.stop()
+
+
+def test_without_a_bound_the_lag_is_reported_and_never_pauses(ray_cluster, tmp_path):
+    lines = edge_lines(3_000, seed=10, vertices=200)
+    path = tmp_path / "events.jsonl"
+    write(path, lines)
+    settings = Settings(source="file", path=path, data_dir=tmp_path / "data", epoch_interval="50ms", batch_size=200,
+                        rate=2000, memory_limit=0)
+    p = Pipeline(settings).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
+        deadline = time.monotonic() + 10
+        while p.status().get("result_lag") is None:
+            assert time.monotonic() < deadline, p.status()
+            time.sleep(0.1)
+        lag = p.status()["result_lag"]
+        assert lag["limit_s"] is None and not lag["over"] and lag["throttled_seconds"] == 0
+    finally:
+        p.stop()
