@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test check test-deps clean
+.PHONY: install run test check docs test-deps clean
 
 install: $(STAMP)
 
@@ -41,6 +41,10 @@ test: install test-deps
 # import-linter (tests/test_lint.py, tests/test_types.py). It needs no Kafka or browser.
 check: install
 	$(PY) -m pytest -q -m "not integration and not slow" --durations=5
+
+# The documentation site under .cache/site, built strictly (a broken link fails); `mkdocs serve` to browse.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -1,6 +1,6 @@
 """The actor topology on Ray: who is created, with what, and how it is stopped.
 
-Builds the pipeline of DESIGN.md from one :class:`~pulsegraph.settings.Settings`:
+Builds the pipeline of docs/design.md from one :class:`~pulsegraph.settings.Settings`:
 ingest actors -> shard actors -> epoch coordinator -> compute actor, and the
 API's result store and feed. It is the only place that knows every stage.
 Where to resume is planned by :mod:`pulsegraph.snapshots.recovery`; when to relaunch is

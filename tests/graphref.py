@@ -1,6 +1,6 @@
 """The reference graph: built from scratch from the records below a vector, with no code of the pipeline's stores.
 
-Follows DESIGN.md's contract literally: an edge's (multiplicity, weight sum)
+Follows the contract of docs/design.md literally: an edge's (multiplicity, weight sum)
 is the signed sum of its updates; a vertex's attributes are those of the
 update with the largest (ts, partition, offset, index in the record); a vertex
 exists once any update touched it.

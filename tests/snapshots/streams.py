@@ -1,7 +1,7 @@
 """Hypothesis strategies for the contract tests: multi-partition record streams and delivery schedules.
 
 A record here is a JSON list of graph events, made into one transaction by the
-``multi`` transform registered below (a user transform, as DESIGN.md allows):
+``multi`` transform registered below (a user transform, as docs/design.md allows):
 its updates land on several shards, so atomicity is at stake in every cut.
 """
 
