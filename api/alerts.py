@@ -1,4 +1,4 @@
-"""Alerts (issue 13): standing rules over the ranked epochs, and the alerts they raise.
+"""Alerts: standing rules over the ranked epochs, and the alerts they raise.
 
 Owns the rule set, kept durably in ``<data_dir>/alert-rules.json`` (written whole under a temporary
 name, fsynced, renamed, its folder fsynced: a rule acknowledged to a client survives a crash or a

@@ -17,7 +17,7 @@ import orjson
 
 from pulsegraph.api.exceptions import ApiError, PayloadTooLarge, Unprocessable
 
-# One request is at most this many events and bytes (issue 5).
+# One request is at most this many events and bytes: a client cannot make the service hold more for it.
 MAX_EVENTS = 10_000
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # JSON values one body may hold (containers, members, elements). A batch of 10,000 tweets with five

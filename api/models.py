@@ -263,7 +263,7 @@ class Error(BaseModel):
     error: ErrorBody
 
 
-# -- alerts (issue 13) --------------------------------------------------------------------------------
+# -- alerts ------------------------------------------------------------------------------------------
 # Every constraint of a rule is in its schema (types, bounds, no unknown fields): a rule the schema allows
 # is never refused, one it forbids is a 422 with the error body. A vertex or topic that does not exist
 # (yet) is allowed: the rule fires once it does.

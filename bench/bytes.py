@@ -7,8 +7,8 @@ stores, the compute stage (ranking and applications) and the API's result store
 service has it: all but the newest two retained epochs are served memory-mapped
 from it, file pages the kernel may drop, not counted here). Then it walks each stage's attributes and sums what each one holds,
 NumPy buffers and Python objects alike, each object counted once per process, and prints the
-table by structure, in bytes per live edge and per vertex: the table issue 10
-asks for, measured rather than estimated.
+table by structure, in bytes per live edge and per vertex: where the memory per edge goes,
+measured rather than estimated.
 
     .venv/bin/python -m bench.bytes --events 2000000 --per-epoch 50000
 """

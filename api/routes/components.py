@@ -1,4 +1,4 @@
-"""``/v1/components``: the largest weakly connected components of an epoch (issue 6)."""
+"""``/v1/components``: the largest weakly connected components of an epoch."""
 
 from __future__ import annotations
 

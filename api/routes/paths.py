@@ -1,4 +1,4 @@
-"""``/v1/paths``: approximate shortest paths by landmarks, confirmed by a budgeted BFS (issue 6)."""
+"""``/v1/paths``: approximate shortest paths by landmarks, confirmed by a budgeted BFS."""
 
 from __future__ import annotations
 

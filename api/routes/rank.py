@@ -58,7 +58,7 @@ class _Route:
 
 class FastTop:
     """``GET /v1/rank/top`` with plain, valid parameters, answered before FastAPI's routing and per-parameter
-    validation, which are about half of the route's cost in the server (the hot read of issue 5's target).
+    validation, which are about half of the route's cost in the server (the hottest read: dashboards poll it).
 
     Anything else (an unknown, repeated or invalid parameter, an epoch or algorithm that is not there) falls
     through to the route itself, which owns every error; a test checks both give the same bytes.

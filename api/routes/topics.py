@@ -1,4 +1,4 @@
-"""``/v1/topics``: hashtags with their K-exposure curves (issue 6)."""
+"""``/v1/topics``: hashtags with their K-exposure curves."""
 
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ async function refreshTop() {
   tbody.replaceChildren(...rows);
 }
 
-// ---- controversial topics (issue 6) ----------------------------------------------------------
+// ---- controversial topics ----------------------------------------------------------------------
 function sparkline(curve) {
   // p(1..8) as a small line scaled to its peak (persistence compares the curve with its peak); gaps: nobody reached k.
   const w = 120, h = 28, svg = el("svg", { class: "spark", width: w, height: h, viewBox: `0 0 ${w} ${h}` });
@@ -260,7 +260,7 @@ async function refreshTopics() {
   if (rows.length) $("topics-body").replaceChildren(...rows);
 }
 
-// ---- alerts (issue 13) ---------------------------------------------------------------------------
+// ---- alerts --------------------------------------------------------------------------------------
 const ALERTS_SHOWN = 20;
 const ALERT_CLASS = { entered: "up", rose: "up", reached: "up", rose_above: "up", left: "down", fell: "down", fell_below: "down" };
 
@@ -290,7 +290,7 @@ async function refreshAlerts() {
   }));
 }
 
-// ---- path finder (issue 6) -----------------------------------------------------------------------
+// ---- path finder -------------------------------------------------------------------------------
 function drawChain(path, via) {
   const svg = $("path-chain");
   svg.replaceChildren();

@@ -1,4 +1,4 @@
-"""Alerts (issue 13): the rules API, the evaluator on hand-built epochs, the page and the stream.
+"""Alerts: the rules API, the evaluator on hand-built epochs, the page and the stream.
 
 The epochs are real :class:`~pulsegraph.compute.results.EpochResult` objects in a real ResultStore (as the feed
 adds them); the rules go through the real app, and the stream through a real uvicorn server.

@@ -80,7 +80,7 @@ def test_vertex(running):
     top = client.get("/v1/rank/top", params={"k": 1}).json()
     name = top["items"][0]["vertex"]
     v = client.get(f"/v1/vertices/{name}", params={"epoch": top["epoch"]}).json()
-    assert set(v) == {"vertex", "epoch", "out_degree", "in_degree", "scores", "component"}  # component: issue 6
+    assert set(v) == {"vertex", "epoch", "out_degree", "in_degree", "scores", "component"}  # component: the components application's label
     assert v["vertex"] == name and v["epoch"] == top["epoch"]
     assert v["in_degree"] > 0 and v["scores"]["pagerank"] == top["items"][0]["score"]
 

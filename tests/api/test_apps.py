@@ -1,4 +1,4 @@
-"""Issue 6's routes over the real pipeline: components, topics, trends, paths; shapes, bounds, and 4xx (never 500)."""
+"""The applications' routes over the real pipeline: components, topics, trends, paths; shapes, bounds, and 4xx (never 500)."""
 
 from __future__ import annotations
 

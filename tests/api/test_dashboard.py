@@ -98,7 +98,7 @@ def test_a_banner_when_the_api_is_down(browser, server):
 
 
 def test_topics_panel_and_path_finder_render(browser, server):
-    """Issue 6: the controversial topics with their exposure curves, and a path drawn as a chain."""
+    """The controversial topics with their exposure curves, and a path drawn as a chain."""
     import httpx
 
     page = browser.new_page(viewport={"width": 1400, "height": 1200})
@@ -138,7 +138,7 @@ def test_topics_panel_and_path_finder_render(browser, server):
 
 
 def test_the_latest_alerts_are_listed(browser, server):
-    """Issue 13: a rule made through the API, and its alerts on the page, newest first."""
+    """A rule made through the API, and its alerts on the page, newest first."""
     import httpx
 
     from tests.api.conftest import TOKEN
@@ -169,7 +169,7 @@ def test_the_latest_alerts_are_listed(browser, server):
 
 
 def test_the_api_docs_load_from_this_server_only(browser, server):
-    """Issue 16: Swagger UI's files come from the package, under a policy that pins the page's one inline script."""
+    """Swagger UI's files come from the package, under a policy that pins the page's one inline script."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     requested: list[str] = []
     problems: list[str] = []

@@ -1,4 +1,4 @@
-"""Issue 16 at the API's edge, over real sockets to uvicorn with the service's protocol and bounds, on the
+"""The API's edge, over real sockets to uvicorn with the service's protocol and bounds, on the
 shared pipeline: hostile event bodies, vertex ids that are URLs, stream slots, stream clients that stop reading.
 
 The connection flood, huge headers, slow heads and the token's reach are tested against a real

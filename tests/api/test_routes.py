@@ -1,4 +1,4 @@
-"""Issue 5's routes on the running pipeline: history, movers, neighbors, search, metrics, the event stream, the write path."""
+"""The reading routes on the running pipeline: history, movers, neighbors, search, metrics, the event stream, the write path."""
 
 from __future__ import annotations
 

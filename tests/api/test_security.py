@@ -73,7 +73,7 @@ def test_dashboard_is_served_with_a_strict_policy():
     "bad",
     [
         "changeme", "CHANGEME", "password", "your-token-here", "xxxxxxxxxxxxxxxxxxxx", "short-token",
-        # Issue 16: long enough, and still guessable.
+        # Long enough, and still guessable.
         "abcdabcdabcdabcd", "password12345678", "qwertyuiopasdfghjkl", "correcthorsebatterystaple", "pulsegraph-api-token-2026",
         "s3cr3t-but-not-a-placeholder-42",
     ],

@@ -1,4 +1,4 @@
-"""The applications of issue 6 against direct computations: networkx components and BFS, a hand-counted K-exposure.
+"""The applications (components, landmarks, K-exposure, trends) against direct computations: networkx components and BFS, a hand-counted K-exposure.
 
 Random epochs insert and delete edges (and add vertices); after every epoch the
 incrementally kept state must equal a from-scratch answer on the same graph.

@@ -75,7 +75,7 @@ def test_an_epoch_that_does_not_follow_is_refused():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_global_ids_do_not_depend_on_the_shard_count(seed):
-    """Issue 11.7: a relaunch on fewer nodes, or a restart with another --shards and no checkpoint,
+    """A relaunch on fewer nodes, or a restart with another --shards and no checkpoint,
     cuts the same epochs with other shards; the API keeps the names it has and appends. So the ids
     must be a function of the epochs alone: the same names in the same order, epoch by epoch."""
     orders = {}

@@ -1,4 +1,4 @@
-"""The chaos run of issue 11, short enough for CI: each kind of fault once, at random moments, against
+"""The chaos run, short enough for CI: each kind of fault once, at random moments, against
 a real broker and a paced producer; the final graph is the reference edge for edge, no dead letter is
 written twice, and /health says running (see tests/chaos.py; ``python -m bench.chaos`` runs it long)."""
 

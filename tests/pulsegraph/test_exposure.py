@@ -1,4 +1,4 @@
-"""Issue 16: a real ``pulsegraph run`` (embedded Ray, synthetic stream) probed as an attacker would, on
+"""The service exposed: a real ``pulsegraph run`` (embedded Ray, synthetic stream) probed as an attacker would, on
 127.0.0.1 only, with bounded counts and time: what listens where, which processes hold the token, a
 connection flood, huge and slow request heads, idle connections.
 

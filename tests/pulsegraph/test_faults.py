@@ -1,4 +1,4 @@
-"""Faults that are recovered or stop the service loudly, never silently wrong (issue 11).
+"""Faults that are recovered or stop the service loudly, never silently wrong.
 
 Each fault is produced for real on real actors: a user's transform that raises,
 an ingest loop that dies, an epoch log that is not one history.
