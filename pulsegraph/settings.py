@@ -189,7 +189,7 @@ class Settings(BaseSettings):
     archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="how much every process of the service logs: DEBUG, INFO, WARNING or ERROR")
 
     @field_validator("epoch_interval", "id_reuse_after", "header_timeout", "keep_alive_timeout", "send_timeout", "max_result_lag",
                      mode="before")
