@@ -60,6 +60,15 @@ class _PipelineCollector:
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], float(mem[key]))
                 yield g
+        queue = s.get("compute_queue")
+        if queue:
+            yield CounterMetricFamily(
+                "pulsegraph_ingest_queue_throttled_seconds", "time ingest spent paused by a full compute queue (--compute-queue-limit)",
+                value=queue["throttled_seconds"],
+            )
+            g = GaugeMetricFamily("pulsegraph_compute_queue_bytes", "deltas of the sealed epochs not merged yet, queued or being merged")
+            g.add_metric([], float(queue["bytes"] + queue["handing_bytes"]))
+            yield g
         try:
             r = self._store.get().result
             latest = (r.epoch, r.vertices, r.edges)
