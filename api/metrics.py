@@ -79,6 +79,11 @@ class _PipelineCollector:
             g = GaugeMetricFamily("pulsegraph_result_lag_seconds", "seal time between the newest sealed epoch and the newest ranked one")
             g.add_metric([], float(lag["seconds"]))
             yield g
+        queue = s.get("compute_queue")
+        if queue:
+            g = GaugeMetricFamily("pulsegraph_compute_queue_bytes", "deltas of the sealed epochs not merged yet, queued or being merged")
+            g.add_metric([], float(queue["bytes"] + queue["handing_bytes"]))
+            yield g
         try:
             r = self._store.get().result
             latest = (r.epoch, r.vertices, r.edges)

@@ -212,13 +212,9 @@ class GlobalGraph:
         return after, was
 
     def _give_back(self, epoch: int, watermark: float | None) -> None:
-        """Give back the ids whose wait is over (:meth:`VertexIds.give_back`); held by no shard means no
-        edge and no attributes, which the attributes check once more. Their attributes go with them.
-
-        Not the degrees: they are counted once per merge, after its last epoch, so in a merge of several
-        epochs they are those before the first, and an id whose edges died in an earlier epoch of the
-        batch would stay where one epoch at a time gives it back: the ids would depend on the batching.
-        The attributes are written epoch by epoch (:meth:`_merge`)."""
+        """Give back the ids whose wait is over (:meth:`VertexIds.give_back`), with their attributes. Held
+        by no shard means no edge and no attributes; the attributes (written epoch by epoch) check once
+        more, not the degrees: a merge counts them after its last epoch, so the ids would depend on the batching."""
         self._sync_columns()
         with_attrs = self._has_attrs.view
         self.attrs.clear_many(self.ids.give_back(epoch, watermark, lambda ids: with_attrs[ids]).tolist())

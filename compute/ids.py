@@ -202,9 +202,9 @@ class VertexIds:
             self._gone_since.view[out] = -1
             names = self.names
             gone = out.tolist()
-            # One lookup and one discard for the whole batch: one by one, each name cost two index
-            # searches and a discard (~100 us), which made a merge of an epoch that gave back tens of
-            # thousands of ids take seconds.
+            # One search of the index for the whole batch: one by one, each name cost two lookups and a
+            # discard (~100 us), and the shards release the vertices the window emptied in bursts of
+            # ~10**5, so a merge that gave them back took tens of seconds.
             self.index.discard_at([names[i] for i in gone], out)
             for i in gone:
                 names[i] = ""

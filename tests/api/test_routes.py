@@ -93,11 +93,13 @@ def test_metrics_in_prometheus_text(running):
     _, client = running
     client.get("/v1/rank/top")
     # Per-epoch figures are observed as epochs reach the app: wait for one after it was made (when this is
-    # the first test to use it, it may be a few milliseconds old).
+    # the first test to use it, it may be a few milliseconds old); the pipeline's status, for the first
+    # status poll (once a second).
     deadline = time.monotonic() + 10
     while True:
         r = client.get("/metrics")
-        if 'pulsegraph_compute_seconds_count{algo="pagerank"}' in r.text or time.monotonic() > deadline:
+        seen = 'pulsegraph_compute_seconds_count{algo="pagerank"}' in r.text and "pulsegraph_compute_queue_bytes" in r.text
+        if seen or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
@@ -106,6 +108,7 @@ def test_metrics_in_prometheus_text(running):
         "pulsegraph_records_ingested_total", "pulsegraph_dead_letters_total", "pulsegraph_epoch_commit_seconds_bucket",
         'pulsegraph_epoch_timeliness_seconds{stat="p99"}', 'pulsegraph_compute_seconds_count{algo="pagerank"}',
         'pulsegraph_http_request_duration_seconds_count{method="GET",route="/v1/rank/top",status="200"}',
+        "pulsegraph_compute_queue_bytes", 'pulsegraph_ingest_paused_seconds_total{cause="compute_queue"}',
     ):
         assert name in text, name
 
