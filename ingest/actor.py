@@ -126,6 +126,8 @@ class IngestActor:
             "exhausted": all(p.exhausted() for p in self._parts),
             "connected": all(h.get("connected", True) for h in health),
             "source_error": next((h["error"] for h in health if h.get("error")), None),
+            # A partition stopped on a fault the operator must fix while the broker answers (a codec, credentials).
+            "fault": next((h["fault"] for h in health if h.get("fault")), None),
             "lag": {p: n for h in health for p, n in h.get("lag", {}).items()},
             "retention_lost": {p: n for h in health for p, n in h.get("retention_lost", {}).items()},
             "error": self._error,

@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, NamedTuple
 import orjson
 
 from pulsegraph.base.durable import append_durably, makedirs_durably
-from pulsegraph.ingest.sources.kafka import kafka_python_config
+from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from pulsegraph.api.store import (
     mover_items,
 )
 from pulsegraph.errors import ResultsError
-from pulsegraph.ingest.sources.kafka import RECONNECT_BACKOFF_MAX_MS
+from pulsegraph.ingest.sources.kafka_clients import RECONNECT_BACKOFF_MAX_MS
 
 log = logging.getLogger(__name__)
 

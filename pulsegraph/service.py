@@ -59,7 +59,7 @@ def kafka_sink(bootstrap: str, topic: str):
     def send(records: list[bytes]) -> None:
         from kafka import KafkaProducer
 
-        from pulsegraph.ingest.sources.kafka import kafka_python_config
+        from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
 
         with lock:
             if "producer" not in made:

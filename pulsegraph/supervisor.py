@@ -21,7 +21,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from pulsegraph.errors import PulsegraphError
-from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
 from pulsegraph.memory import node_used, service_memory
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.ingest.actor import IngestActor
 from pulsegraph.ingest.sources import SourceSpec
-from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic, partition_number
+from pulsegraph.ingest.sources.kafka import partition_number
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
@@ -379,20 +380,24 @@ class Pipeline:
         ray.get([s.ping.remote() for s in self.shards] + [self.compute.latest_epoch.remote()], timeout=STATUS_TIMEOUT_S)
         failed = coord["failed"] or next((i["error"] for i in ingest if i["error"]), None)
         disconnected = not all(i["connected"] for i in ingest)
+        # The broker answers, but a partition cannot be read on until the operator acts (its reason says how).
+        fault = next((i["fault"] for i in ingest if i.get("fault")), None)
         if failed:
             state = "failed"
+        elif fault:
+            state = "faulted"
         elif disconnected:
             state = "disconnected"
         else:
             state = "finished" if all(i["exhausted"] for i in ingest) else "running"
         return {
-            "status": "degraded" if failed or disconnected else "ok",
+            "status": "degraded" if failed or fault or disconnected else "ok",
             # An epoch that failed or an ingest actor whose loop died: either way the pipeline relaunches.
             "_lost": failed,
             "sizing": dict(self.sizing),
             "recoveries": self.recoveries,
             "ingest": state,
-            "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),
+            "error": failed or fault or next((i["source_error"] for i in ingest if i["source_error"]), None),
             "lag": {p: n for i in ingest for p, n in i["lag"].items()},
             # Records retention deleted before they were read, per partition, since this service started.
             "retention_lost": _summed(self._lost_before, *(i["retention_lost"] for i in ingest)),

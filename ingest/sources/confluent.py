@@ -18,12 +18,8 @@ import logging
 from typing import Any
 
 from pulsegraph.ingest.sources.base import Record
-from pulsegraph.ingest.sources.kafka import (
-    POLL_TIMEOUT_S,
-    RECONNECT_BACKOFF_MAX_MS,
-    REQUEST_TIMEOUT_MS,
-    BaseKafkaClient,
-)
+from pulsegraph.ingest.sources.kafka import POLL_TIMEOUT_S, BaseKafkaClient
+from pulsegraph.ingest.sources.kafka_clients import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS
 
 log = logging.getLogger(__name__)
 
