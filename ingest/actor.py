@@ -82,7 +82,7 @@ class IngestActor:
         # Opened where the partitions resume, so the letters of replayed records are not written again.
         resume_at = {p: starts.get(p, 0) for p in partitions}
         if spec.kind == "kafka":
-            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at)
+            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at, spec.kafka_config)
         else:
             self._sink = FileDeadLetterSink(dead_letter_path, resume_at)
         self._batch_size = batch_size

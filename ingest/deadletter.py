@@ -33,6 +33,7 @@ import orjson
 
 from pulsegraph.base.durable import append_durably, makedirs_durably
 from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +170,10 @@ class KafkaDeadLetterSink:
     what the failed attempt got through, so it too writes each letter once.
     """
 
-    def __init__(self, bootstrap: str, topic: str, stop=None, starts: dict[str, int] | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, stop=None, starts: dict[str, int] | None = None,
+                 config: KafkaConfig | None = None) -> None:
         self.bootstrap = bootstrap
+        self.config = config  # how to reach the cluster (--kafka-config)
         self.topic = f"{topic}.dlq"
         self._producer = None
         self._stop = stop
@@ -195,14 +198,14 @@ class KafkaDeadLetterSink:
             from kafka.admin import KafkaAdminClient, NewTopic
             from kafka.errors import TopicAlreadyExistsError
 
-            admin = KafkaAdminClient(**kafka_python_config(self.bootstrap))
+            admin = KafkaAdminClient(**kafka_python_config(self.bootstrap, self.config))
             try:
                 admin.create_topics([NewTopic(self.topic, 1, 1)])
             except TopicAlreadyExistsError:
                 pass
             finally:
                 admin.close()
-            self._producer = KafkaProducer(**kafka_python_config(self.bootstrap, acks="all"))
+            self._producer = KafkaProducer(**kafka_python_config(self.bootstrap, self.config, acks="all"))
         return self._producer
 
     def _backwards(self) -> Iterator[tuple[str, int, int]]:
@@ -211,7 +214,7 @@ class KafkaDeadLetterSink:
         from kafka.errors import KafkaTimeoutError
 
         tp = TopicPartition(self.topic, 0)
-        consumer = KafkaConsumer(**kafka_python_config(self.bootstrap, enable_auto_commit=False))
+        consumer = KafkaConsumer(**kafka_python_config(self.bootstrap, self.config, enable_auto_commit=False))
         try:
             consumer.assign([tp])
             begin, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]

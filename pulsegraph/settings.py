@@ -17,7 +17,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from pulsegraph.ingest.exceptions import IngestError
+from pulsegraph.ingest.exceptions import IngestError, KafkaConfigError
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig, load_kafka_config
 from pulsegraph.ingest.transforms import get_transform
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -108,6 +109,14 @@ class Settings(BaseSettings):
     group: str = Field("pulsegraph", description="Kafka consumer group that durable offsets are committed to (for lag monitoring)")
     kafka_client: Literal["kafka-python", "confluent"] = Field(
         "confluent", description="the Kafka client library of --source kafka: confluent (librdkafka) or kafka-python"
+    )
+    kafka_config: Path | None = Field(
+        None, description="a properties file in librdkafka's names (the file kcat -F takes: security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location, ...) that every Kafka client of the service connects with; "
+        "read by this process only, its secrets never shown",
+    )
+    results_kafka_config: Path | None = Field(
+        None, description="the properties file of --results-bootstrap's cluster (default: --kafka-config)"
     )
     results_topic: str | None = Field(
         None, description="publish each ranked epoch to this Kafka topic, once, in a transaction, keyed by its number (created with 1 partition if missing)"
@@ -232,6 +241,13 @@ class Settings(BaseSettings):
             )
         if self.results_bootstrap is not None and self.results_topic is None:
             raise ValueError("--results-bootstrap is the cluster of --results-topic: give --results-topic TOPIC too")
+        if self.results_kafka_config is not None and self.results_topic is None:
+            raise ValueError("--results-kafka-config is for the cluster of --results-topic: give --results-topic TOPIC too")
+        try:  # read and checked now, not at the first connection (the messages show no value of the file)
+            self.kafka_properties()
+            self.results_kafka_properties()
+        except KafkaConfigError as exc:
+            raise ValueError(str(exc)) from None
         if self.transform is not None:
             try:
                 get_transform(self.transform)
@@ -268,6 +284,16 @@ class Settings(BaseSettings):
         except OSError as exc:
             raise ValueError(f"cannot read --api-token-file: {exc}") from None
         return lines[0].strip() if lines else ""
+
+    def kafka_properties(self) -> KafkaConfig | None:
+        """The --kafka-config file's properties (None: a plaintext cluster), read now."""
+        return load_kafka_config(self.kafka_config) if self.kafka_config is not None else None
+
+    def results_kafka_properties(self) -> KafkaConfig | None:
+        """The properties of the results topic's cluster: --results-kafka-config, else --kafka-config."""
+        if self.results_kafka_config is not None:
+            return load_kafka_config(self.results_kafka_config)
+        return self.kafka_properties()
 
     @property
     def results_brokers(self) -> str | None:

@@ -114,7 +114,7 @@ class Supervisor:
         from pulsegraph.ingest.exceptions import SourceError
 
         try:
-            now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic))
+            now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic), self.pipeline.kafka_config)
         except (KafkaError, SourceError):
             return  # unreachable, or the topic is gone for now: the ingest actors report that
         finally:

@@ -159,10 +159,13 @@ class Pipeline:
         s = self.settings
         # Reads the store, not the actors: it lives as long as the service, across relaunches.
         self.results: ResultPublisher | None = None
+        # The cluster's properties, secrets included, read from --kafka-config by this process only: they
+        # reach the actors inside the SourceSpec, in memory (never an environment variable or a command line).
+        self.kafka_config = s.kafka_properties()
         if s.results_topic:
             self.results = ResultPublisher(
                 self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k,
-                alerts=self.alerts,
+                alerts=self.alerts, config=s.results_kafka_properties(),
             )
 
     @property
@@ -182,6 +185,7 @@ class Pipeline:
             topic=s.topic,
             group=s.group,
             kafka_client=s.kafka_client,
+            kafka_config=self.kafka_config,
         )
 
     @property
@@ -348,7 +352,7 @@ class Pipeline:
         delay = 0.5
         while True:
             try:
-                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic))
+                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic), self.kafka_config)
             except (KafkaError, SourceError) as exc:
                 # Unreachable, or the topic is not there yet (a producer may be about to create it).
                 state = "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"

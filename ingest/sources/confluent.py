@@ -19,7 +19,7 @@ from typing import Any
 
 from pulsegraph.ingest.sources.base import Record
 from pulsegraph.ingest.sources.kafka import POLL_TIMEOUT_S, BaseKafkaClient
-from pulsegraph.ingest.sources.kafka_clients import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS
+from pulsegraph.ingest.sources.kafka_clients import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS, librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,10 @@ class ConfluentKafkaClient(BaseKafkaClient):
     def _open(self) -> Any:
         from confluent_kafka import Consumer
 
-        consumer = Consumer(
+        consumer = Consumer(librdkafka_config(
+            self.bootstrap,
+            self.config,
             {
-                "bootstrap.servers": self.bootstrap,
                 "group.id": self.group,
                 "client.id": f"pulsegraph-{self.topic}",
                 # The checkpoint is the truth: offsets go to the group only through commit().
@@ -94,8 +95,8 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "on_commit": self._on_commit,
                 # librdkafka's own log lines go to Python logging, not to the worker's stderr.
                 "logger": _librdkafka_log,
-            }
-        )
+            },
+        ))
         try:
             lows = {p: self._watermarks(consumer, p)[0] for p in self._partitions}
             starts = self._starts(lows)

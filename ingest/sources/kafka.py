@@ -55,6 +55,7 @@ from pulsegraph.ingest.sources.kafka_clients import (
     codec_fault,
     kafka_python_config,
 )
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ MAX_QUEUED_RECORDS = 20_000
 class BaseKafkaClient(abc.ABC):
     """The consumer shared by the partitions one ingest actor owns; a subclass is one Kafka client library."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: list[int], starts: dict[int, int], group: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: list[int], starts: dict[int, int], group: str,
+                 config: KafkaConfig | None = None) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.config = config  # how to reach the cluster (--kafka-config), or None: plaintext
         self._partitions = partitions
         self.positions = {p: starts.get(p, 0) for p in partitions}
         self._fetched = dict(self.positions)  # the offset after the last one queued
@@ -371,6 +374,7 @@ class KafkaClient(BaseKafkaClient):
 
         consumer = KafkaConsumer(**kafka_python_config(
             self.bootstrap,
+            self.config,
             group_id=self.group,
             enable_auto_commit=False,
             client_id=f"pulsegraph-{self.topic}",

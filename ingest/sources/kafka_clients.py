@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
+
 # A request to a dead broker fails after this long; kafka-python's default (305 s) would hide an outage.
 REQUEST_TIMEOUT_MS = 5000
 # The longest wait between a client's reconnect attempts: a broker back from an outage is fetched from
@@ -25,14 +27,29 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 BOOTSTRAP_TIMEOUT_MS = 10_000
 
 
-def kafka_python_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    """The settings every kafka-python client of the service is made with (consumer, producer, admin)."""
+def kafka_python_config(bootstrap: str, config: KafkaConfig | None = None, **extra: Any) -> dict[str, Any]:
+    """The settings every kafka-python client of the service is made with (consumer, producer, admin):
+    the cluster's (``config``, the --kafka-config file, mapped to kafka-python's names), then the
+    service's own, then the call site's ``extra``."""
     return {
+        **(config.kafka_python() if config is not None else {}),
         "bootstrap_servers": bootstrap,
         "request_timeout_ms": REQUEST_TIMEOUT_MS,
         "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         **extra,
+    }
+
+
+def librdkafka_config(bootstrap: str, config: KafkaConfig | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings every confluent-kafka (librdkafka) client of the service is made with: the
+    cluster's (``config``, the --kafka-config file, in librdkafka's own names), then the call site's
+    ``extra`` (what that client must be: a group, a transactional id, its timeouts)."""
+    return {
+        **(config.librdkafka() if config is not None else {}),
+        "bootstrap.servers": bootstrap,
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+        **(extra or {}),
     }
 
 
@@ -66,7 +83,7 @@ class TopicInfo:
     ends: dict[int, int]
 
 
-def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
+def describe_topic(bootstrap: str, topic: str, config: KafkaConfig | None = None) -> TopicInfo:
     """The broker's :class:`TopicInfo` of ``topic``. Raises SourceError if it does not exist, KafkaError if unreachable."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import KafkaAdminClient
@@ -78,7 +95,7 @@ def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
         f"Kafka topic {topic!r} does not exist at {bootstrap}. "
         f"Operator action: create it (pulsegraph produce --partitions P creates it) or fix --topic."
     )
-    admin = KafkaAdminClient(**kafka_python_config(bootstrap))
+    admin = KafkaAdminClient(**kafka_python_config(bootstrap, config))
     try:
         [meta] = admin.describe_topics([topic])
     except UnknownTopicOrPartitionError:
@@ -88,7 +105,7 @@ def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
     if meta.get("error_code") or not meta.get("partitions"):
         raise missing
     numbers = sorted(int(p["partition_index"]) for p in meta["partitions"])
-    consumer = KafkaConsumer(**kafka_python_config(bootstrap))
+    consumer = KafkaConsumer(**kafka_python_config(bootstrap, config))
     try:
         ends = consumer.end_offsets([TopicPartition(topic, p) for p in numbers])
     finally:
