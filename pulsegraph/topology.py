@@ -35,6 +35,7 @@ from pulsegraph.ingest.actor import IngestActor
 from pulsegraph.ingest.sources import SourceSpec
 from pulsegraph.ingest.sources.kafka import partition_number
 from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
@@ -354,10 +355,16 @@ class Pipeline:
             try:
                 return describe_topic(str(self.settings.bootstrap), str(self.settings.topic), self.kafka_config)
             except (KafkaError, SourceError) as exc:
-                # Unreachable, or the topic is not there yet (a producer may be about to create it).
-                state = "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
-                self._status = {"status": "degraded", "ingest": state, "error": f"Kafka: {exc}"}
-                log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
+                # Unreachable, refusing us (credentials, certificates, ACLs: a fault, with the action), or the
+                # topic is not there yet (a producer may be about to create it).
+                fault = diagnose(exc, str(self.settings.bootstrap), self.kafka_config, self.settings.topic, self.settings.group) \
+                    if isinstance(exc, KafkaError) else None
+                state = "faulted" if fault else "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
+                self._status = {"status": "degraded", "ingest": state, "error": fault or f"Kafka: {exc}"}
+                if fault:
+                    log.error("%s", fault)
+                else:
+                    log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
                 if self._stop.wait(delay):
                     raise PipelineError("stopped while waiting for Kafka") from exc
                 delay = min(delay * 2, 10.0)

@@ -59,7 +59,10 @@ class ConfluentKafkaClient(BaseKafkaClient):
         ``_ALL_BROKERS_DOWN``, and the probe catches whatever else."""
         from confluent_kafka import KafkaError, KafkaException
 
-        if err.code() != KafkaError._TRANSPORT:
+        from pulsegraph.ingest.sources.kafka_faults import diagnose
+
+        # A transport error that is a refusal (the broker rejected our certificate) is a fault, not a blip.
+        if err.code() != KafkaError._TRANSPORT or diagnose(err.str(), self.bootstrap, self.config) is not None:
             self._down(KafkaException(err))
 
     def _tp(self, partition: int, offset: int | None = None) -> Any:

@@ -57,6 +57,9 @@ from pulsegraph.ingest.sources.kafka_clients import (
 )
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
+# Imported with the source, before any client: it keeps the causes kafka-python logs as it fails to connect.
+from pulsegraph.ingest.sources.kafka_faults import diagnose
+
 log = logging.getLogger(__name__)
 
 # Backoff between connection attempts: fast enough to resume within seconds of
@@ -104,6 +107,10 @@ class BaseKafkaClient(abc.ABC):
         self.retention_lost: dict[int, int] = {}  # records deleted by retention before they were read
         # Partitions stopped by a fault the operator must fix (the broker answers): partition -> reason.
         self.faults: dict[int, str] = {}
+        # The broker answers but refuses this client (credentials, certificates, ACLs): the reason and the
+        # action, until a connection succeeds. Retried all the same (with backoff): the operator may fix
+        # the cluster's side (a user created, an ACL granted) without restarting the service.
+        self.fault: str | None = None
         self._queue_cap = MAX_QUEUED_RECORDS
 
     # -- what a client library provides --------------------------------------------------
@@ -209,12 +216,17 @@ class BaseKafkaClient(abc.ABC):
         return True
 
     def _up(self) -> None:
-        self.connected, self.error, self._backoff = True, None, BACKOFF_MIN_S
+        self.connected, self.error, self.fault, self._backoff = True, None, None, BACKOFF_MIN_S
 
     def _down(self, exc: BaseException) -> None:
-        if self.connected or self.error is None:
+        fault = diagnose(exc, self.bootstrap, self.config, self.topic, self.group)
+        if fault is not None and fault != self.fault:
+            log.error("%s", fault)
+        elif fault is None and self.fault is None and (self.connected or self.error is None):
             log.warning("Kafka at %s unreachable (%s); retrying with backoff", self.bootstrap, exc)
+        if self.connected or self.error is None:
             self._down_since = time.monotonic()
+        self.fault = fault or self.fault  # a later "all brokers down" is the same refusal, not an outage
         self.connected, self.error = False, f"{type(exc).__name__}: {exc}"
         self._next_try = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
@@ -461,7 +473,7 @@ class KafkaPartition(SourcePartition):
 
     def health(self) -> dict:
         c, name = self.client, self.name
-        fault = c.faults.get(self.partition)
+        fault = c.faults.get(self.partition) or c.fault
         return {
             "connected": c.connected,
             "error": fault or c.error,
