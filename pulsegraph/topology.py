@@ -352,13 +352,14 @@ class Pipeline:
 
         delay = 0.5
         while True:
+            since = time.monotonic()
             try:
                 return describe_topic(str(self.settings.bootstrap), str(self.settings.topic), self.kafka_config)
             except (KafkaError, SourceError) as exc:
                 # Unreachable, refusing us (credentials, certificates, ACLs: a fault, with the action), or the
                 # topic is not there yet (a producer may be about to create it).
-                fault = diagnose(exc, str(self.settings.bootstrap), self.kafka_config, self.settings.topic, self.settings.group) \
-                    if isinstance(exc, KafkaError) else None
+                fault = diagnose(exc, str(self.settings.bootstrap), self.kafka_config, self.settings.topic, self.settings.group,
+                                 since) if isinstance(exc, KafkaError) else None
                 state = "faulted" if fault else "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
                 self._status = {"status": "degraded", "ingest": state, "error": fault or f"Kafka: {exc}"}
                 if fault:

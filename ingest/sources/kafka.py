@@ -111,6 +111,7 @@ class BaseKafkaClient(abc.ABC):
         # action, until a connection succeeds. Retried all the same (with backoff): the operator may fix
         # the cluster's side (a user created, an ACL granted) without restarting the service.
         self.fault: str | None = None
+        self._attempt_since = 0.0  # time.monotonic() at the start of the last connection attempt
         self._queue_cap = MAX_QUEUED_RECORDS
 
     # -- what a client library provides --------------------------------------------------
@@ -206,6 +207,7 @@ class BaseKafkaClient(abc.ABC):
             return True
         if time.monotonic() < self._next_try:
             return False
+        self._attempt_since = time.monotonic()
         try:
             self._consumer = self._open()
         except self._errors() as exc:
@@ -219,7 +221,7 @@ class BaseKafkaClient(abc.ABC):
         self.connected, self.error, self.fault, self._backoff = True, None, None, BACKOFF_MIN_S
 
     def _down(self, exc: BaseException) -> None:
-        fault = diagnose(exc, self.bootstrap, self.config, self.topic, self.group)
+        fault = diagnose(exc, self.bootstrap, self.config, self.topic, self.group, self._attempt_since)
         if fault is not None and fault != self.fault:
             log.error("%s", fault)
         elif fault is None and self.fault is None and (self.connected or self.error is None):

@@ -87,7 +87,7 @@ def describe_topic(bootstrap: str, topic: str, config: KafkaConfig | None = None
     """The broker's :class:`TopicInfo` of ``topic``. Raises SourceError if it does not exist, KafkaError if unreachable."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import KafkaAdminClient
-    from kafka.errors import UnknownTopicOrPartitionError
+    from kafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 
     from pulsegraph.ingest.exceptions import SourceError
 
@@ -102,6 +102,9 @@ def describe_topic(bootstrap: str, topic: str, config: KafkaConfig | None = None
         raise missing from None
     finally:
         admin.close()
+    if meta.get("error_code") == TopicAuthorizationFailedError.errno:
+        # Not "missing": the cluster's ACLs hide it from this principal (a fault the operator fixes, see kafka_faults).
+        raise TopicAuthorizationFailedError(f"topic {topic!r}: topic authorization failed")
     if meta.get("error_code") or not meta.get("partitions"):
         raise missing
     numbers = sorted(int(p["partition_index"]) for p in meta["partitions"])

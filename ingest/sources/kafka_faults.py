@@ -47,9 +47,11 @@ class _Causes(logging.Handler):
                 with self.guard:
                     self.seen.append((time.monotonic(), f"{type(a).__name__}: {a}"))
 
-    def recent(self) -> str:
+    def recent(self, since: float | None = None) -> str:
+        """What was logged in the last CAUSE_WINDOW_S, and not before ``since`` (a time.monotonic())."""
+        floor = max(time.monotonic() - CAUSE_WINDOW_S, since or 0.0)
         with self.guard:
-            return " | ".join(text for at, text in self.seen if time.monotonic() - at < CAUSE_WINDOW_S)
+            return " | ".join(text for at, text in self.seen if at >= floor)
 
 
 _causes = _Causes()
@@ -78,10 +80,11 @@ def _tls_verdict(bootstrap: str, config: KafkaConfig | None) -> str | None:
 
 
 def diagnose(exc: BaseException | str, bootstrap: str, config: KafkaConfig | None, topic: str | None = None,
-             group: str | None = None) -> str | None:
-    """The operator's reason when ``exc`` (and what kafka-python logged just before) means the broker
-    answered and refused; None when it is an outage (retried)."""
-    text = f"{exc} | {_causes.recent()}"
+             group: str | None = None, since: float | None = None) -> str | None:
+    """The operator's reason when ``exc`` (and what kafka-python logged since ``since``, the start of the
+    attempt that failed: not another client's failure before it) means the broker answered and refused;
+    None when it is an outage (retried)."""
+    text = f"{exc} | {_causes.recent(since)}"
     low = text.lower()
     props = config.properties() if config is not None else {}
     where, file = f"Kafka at {bootstrap}", _file(config)
