@@ -56,19 +56,18 @@ from pulsegraph.api.store import (
 from pulsegraph.errors import ResultsError
 from pulsegraph.ingest.sources.kafka_clients import librdkafka_config
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 
 log = logging.getLogger(__name__)
 
-# Movers per algorithm in a record, as /v1/movers answers by default.
-MOVERS_K = 10
+MOVERS_K = 10  # movers per algorithm in a record, as /v1/movers answers by default
 # Epochs per transaction while catching up after an outage: one commit per 50 records keeps a
 # catch-up of thousands to seconds, and a transaction small enough to retry whole.
 BATCH = 50
 # Epoch numbers heard of and not yet published. The store retains the epochs themselves (its
 # --retain-epochs); this only remembers which existed, to count the ones it drops as gaps.
 PENDING_MAX = 100_000
-# How long the publisher waits for news before it looks at the store anyway.
-WAKE_S = 0.2
+WAKE_S = 0.2  # how long the publisher waits for news before it looks at the store anyway
 # librdkafka calls that block: long enough for a broker answering under load, short enough that a
 # broker outage is reported within seconds and stop() never waits long.
 REQUEST_TIMEOUT_S = 10.0
@@ -267,8 +266,9 @@ class ResultPublisher:
                 log.error("%s", exc)
                 self._drop_producer()
                 return
-            except (KafkaException, ResultsError) as exc:
-                self.state, self.error = "disconnected", f"Kafka: {exc}"
+            except (KafkaException, ResultsError) as exc:  # an outage, or a refusal (credentials, ACLs): its action
+                fault = diagnose(str(exc), self.bootstrap, self.config, self.topic)
+                self.state, self.error = ("faulted", fault) if fault else ("disconnected", f"Kafka: {exc}")
                 log.warning("results topic %s at %s: %s; retrying in %.1f s", self.topic, self.bootstrap, exc, backoff)
                 self._drop_producer()
                 if stopping or self._stop.wait(backoff):

@@ -109,6 +109,8 @@ def _fault_cases(broker) -> dict:
                            "refused the credentials"),
         "wrong PLAIN key": (broker.sasl_ssl, broker.properties("plain", "wrong-key", **{"sasl.password": "Wr0ng-" + "p4ssw0rd-9"}),
                             "refused the credentials"),
+        "mechanism the listener lacks": (broker.sasl_ssl, broker.properties("scram", "sha256", **{"sasl.mechanism": "SCRAM-SHA-256"}),
+                                         "its listener does not enable sasl.mechanism SCRAM-SHA-256"),
         "untrusted CA": (broker.sasl_ssl, broker.properties("scram", "untrusted", **{"ssl.ca.location": other_ca}),
                          "not signed by a CA in ssl.ca.location"),
         "host name": (broker.sasl_ssl.replace("localhost", "127.0.0.1"), broker.properties("scram", "host"),
