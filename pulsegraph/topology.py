@@ -163,6 +163,7 @@ class Pipeline:
         # The cluster's properties, secrets included, read from --kafka-config by this process only: they
         # reach the actors inside the SourceSpec, in memory (never an environment variable or a command line).
         self.kafka_config = s.kafka_properties()
+        self.registry = s.registry()  # the same for the schema registry's properties
         if s.results_topic:
             self.results = ResultPublisher(
                 self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k,
@@ -302,6 +303,7 @@ class Pipeline:
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
                 self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size, s.window is not None, s.log_level,
+                self.registry,
             )
             for i, parts in enumerate(owners)
             if parts

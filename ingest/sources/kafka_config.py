@@ -61,7 +61,8 @@ PATH_NAMES = {"ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
 
 def is_secret(name: str) -> bool:
     """A property whose value must never be shown: passwords, secrets, inline keys."""
-    return "password" in name or "secret" in name or name in ("ssl.key.pem", "sasl.oauthbearer.config", "ssl_key")
+    return "password" in name or "secret" in name or name in (
+        "ssl.key.pem", "sasl.oauthbearer.config", "ssl_key", "basic.auth.user.info", "bearer.auth.token")
 
 
 @dataclass(frozen=True, repr=False)

@@ -94,3 +94,14 @@ def test_settings_read_the_file_at_start_hold_its_path_only_and_refuse_a_bad_one
     assert "OAUTHBEARER" in str(err.value) and PASSWORD not in str(err.value)
     with pytest.raises(ValidationError, match="give --results-topic"):
         Settings(source="kafka", bootstrap="b:1", topic="t", results_kafka_config=good)
+
+
+def test_schema_registry_settings_refuse_protobuf_and_a_format_without_a_registry_and_hide_the_registry_secret(tmp_path):
+    with pytest.raises(ValidationError, match="protobuf is not supported"):
+        Settings(source="kafka", bootstrap="b:1", topic="t", format="protobuf", schema_registry="http://r:8081")
+    with pytest.raises(ValidationError, match="needs --schema-registry"):
+        Settings(source="kafka", bootstrap="b:1", topic="t", format="avro")
+    conf = write(tmp_path, f"basic.auth.user.info=reader:{PASSWORD}\nssl.ca.location={tmp_path}/ca.pem\n", "registry.properties")
+    s = Settings(source="kafka", bootstrap="b:1", topic="t", format="avro", schema_registry="https://r:8081", schema_registry_config=conf)
+    assert s.registry().config.get("basic.auth.user.info") == f"reader:{PASSWORD}"
+    assert PASSWORD not in repr(s.registry()) and PASSWORD not in repr(s)
