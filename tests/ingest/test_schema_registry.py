@@ -32,6 +32,10 @@ SCHEMA = {"type": "record", "name": "Tweet", "fields": [
     {"name": "hashtags", "type": {"type": "array", "items": "string"}}, {"name": "text", "type": "string"},
     {"name": "ts", "type": "double"}]}
 SCHEMA_ID = 7
+JSON_SCHEMA = {"type": "object", "required": ["user", "ts"], "properties": {
+    "user": {"type": "string"}, "mentions": {"type": "array", "items": {"type": "string"}},
+    "hashtags": {"type": "array", "items": {"type": "string"}}, "text": {"type": "string"}, "ts": {"type": "number"}}}
+JSON_SCHEMA_ID = 8
 AUTH = "reader:" + "Kq3-registry-secret-9"
 
 
@@ -49,6 +53,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(401, {"error_code": 40101, "message": "Unauthorized"})
         if self.path.split("?")[0] == f"/schemas/ids/{SCHEMA_ID}":
             return self._answer(200, {"schema": json.dumps(SCHEMA), "schemaType": "AVRO"})
+        if self.path.split("?")[0] == f"/schemas/ids/{JSON_SCHEMA_ID}":
+            return self._answer(200, {"schema": json.dumps(JSON_SCHEMA), "schemaType": "JSON"})
         self._answer(404, {"error_code": 40403, "message": "Schema not found"})
 
     def _answer(self, status: int, body: dict) -> None:
@@ -129,3 +135,40 @@ def test_avro_records_decode_to_the_reference_graph_bad_ones_are_dead_letters_an
     for raw, says in bad.items():
         assert says in reasons[raw], reasons[raw]
     assert len([a for a in registry.asked if "/schemas/ids/7" in a]) <= 3  # cached: one answer per schema id and actor
+
+
+def test_json_schema_records_decode_to_the_reference_graph_and_invalid_ones_are_dead_letters(ray_cluster, kafka_broker, tmp_path):
+    topic = kafka_broker.topic()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    rng = random.Random(6)
+    tweets = [json.dumps({"user": f"u{rng.randrange(50)}", "mentions": [f"u{rng.randrange(50)}"], "hashtags": ["t1"], "text": "x",
+                          "ts": float(i)}).encode() for i in range(600)]
+    bad = {framed(JSON_SCHEMA_ID, b'{"user": 5, "ts": 1.0}'): f"undecodable with schema id {JSON_SCHEMA_ID}",
+           framed(JSON_SCHEMA_ID, b"{not json"): f"undecodable with schema id {JSON_SCHEMA_ID}"}
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    for t in tweets:
+        producer.send(topic, value=framed(JSON_SCHEMA_ID, t), partition=0)
+    for raw in bad:
+        producer.send(topic, value=raw, partition=0)
+    producer.flush()
+    producer.close()
+    vector = {f"{topic}:0": len(tweets) + len(bad)}
+    conf = tmp_path / "registry.properties"
+    conf.write_text(f"basic.auth.user.info={AUTH}\n")
+    registry = Registry(free_port())
+    s = kafka_settings(tmp_path, kafka_broker, topic, format="jsonschema", schema_registry=f"http://127.0.0.1:{registry.server_port}",
+                       schema_registry_config=conf, ingest_actors=1)
+    p = Pipeline(s).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.vector == vector, timeout=120)
+        assert ray.get(p.compute.snapshot.remote()) == reference({f"{topic}:0": list(enumerate(tweets))}, vector, "tweets")
+    finally:
+        p.stop()
+        registry.shutdown()
+    letters = consume_all(kafka_broker.bootstrap, f"{topic}.dlq", with_headers=True)
+    reasons = {v: h["reason"].decode() for recs in letters.values() for _, v, h in recs}
+    assert set(reasons) == set(bad)
+    for raw, says in bad.items():
+        assert says in reasons[raw], reasons[raw]
