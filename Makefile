@@ -20,12 +20,14 @@ run: install
 
 # What the tests need beyond Python packages: Debian's docker-compose (it validates
 # docker-compose.yml without a Docker engine), Debian's chromium (the dashboard's browser
-# test), and a Kafka broker's jars from Maven Central (tools/kafka.sh; needs Java 17 and mvn).
+# test), Debian's kcat (writes compressed batches in every codec, as a producer outside Python would),
+# and a Kafka broker's jars from Maven Central (tools/kafka.sh; needs Java 17 and mvn).
 # apt-get runs only for what is missing; CI runs as root on a fresh Debian machine.
 test-deps:
 	@missing=""; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

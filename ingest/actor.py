@@ -19,6 +19,7 @@ import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging, tune_gc
 from pulsegraph.ingest.batch import Router
+from pulsegraph.ingest.decode import RegistryDecoder, RegistrySpec, RegistryUnavailable
 from pulsegraph.ingest.deadletter import (
     DeadLetter,
     FileDeadLetterSink,
@@ -40,6 +41,8 @@ THROTTLED_SLEEP_S = 0.1
 # ingest actors, the shards and the coordinator busy (most of two cores at 800 events/s). 50 ms adds
 # little to a 1 s epoch.
 ROUND_MIN_S = 0.05
+# The longest wait between two tries of a record while the schema registry is away.
+REGISTRY_RETRY_MAX_S = 5.0
 NO_EVENT_TIME = "no event time: --window needs a ts on the event (this source stores no time with its records)"
 
 
@@ -69,8 +72,10 @@ class IngestActor:
         batch_size: int = 2000,
         event_time: bool = False,
         log_level: str = "INFO",
+        registry: RegistrySpec | None = None,
     ) -> None:
-        """``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times)."""
+        """``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times).
+        ``registry``: records are schema-registry framed (--format), decoded before the transform."""
         configure_logging(log_level)
         self.actor_id = actor_id
         self._parts = open_partitions(spec, partitions, starts)
@@ -82,11 +87,13 @@ class IngestActor:
         # Opened where the partitions resume, so the letters of replayed records are not written again.
         resume_at = {p: starts.get(p, 0) for p in partitions}
         if spec.kind == "kafka":
-            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at)
+            self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at, spec.kafka_config)
         else:
             self._sink = FileDeadLetterSink(dead_letter_path, resume_at)
         self._batch_size = batch_size
         self._event_time = event_time
+        self._decoder = RegistryDecoder(registry, str(spec.topic)) if registry is not None and registry.fmt != "json" else None
+        self._registry_error: str | None = None  # why reading waits for the schema registry
         self._router = Router(len(shards))
         self._thread: threading.Thread | None = None
         self._error: str | None = None
@@ -117,8 +124,10 @@ class IngestActor:
 
     def status(self) -> dict:
         health = [p.health() for p in self._parts]
+        if self._registry_error is not None:  # the loop waits for the schema registry: backpressure
+            health.append({"connected": False, "error": self._registry_error})
         if self._sink.error is not None:  # the loop waits on the broker in the sink, not in the consumer
-            health.append({"connected": False, "error": self._sink.error})
+            health.append({"connected": False, "error": self._sink.error, "fault": getattr(self._sink, "fault", None)})
         return {
             "actor": self.actor_id,
             "node": ray.get_runtime_context().get_node_id(),
@@ -126,6 +135,8 @@ class IngestActor:
             "exhausted": all(p.exhausted() for p in self._parts),
             "connected": all(h.get("connected", True) for h in health),
             "source_error": next((h["error"] for h in health if h.get("error")), None),
+            # A partition stopped on a fault the operator must fix while the broker answers (a codec, credentials).
+            "fault": next((h["fault"] for h in health if h.get("fault")), None),
             "lag": {p: n for h in health for p, n in h.get("lag", {}).items()},
             "retention_lost": {p: n for h in health for p, n in h.get("retention_lost", {}).items()},
             "error": self._error,
@@ -161,6 +172,9 @@ class IngestActor:
                     pending = current
             if pending is not None:
                 self._finish(pending)
+        except RegistryUnavailable:
+            if not self._stop.is_set():
+                raise
         except Exception as exc:  # noqa: BLE001 - surfaced through status() and the log
             self._error = f"{type(exc).__name__}: {exc}"
             log.exception("ingest actor %d stopped", self.actor_id)
@@ -177,6 +191,12 @@ class IngestActor:
                 continue
             events: list[Event] = []
             for offset, raw, _ in records:
+                if self._decoder is not None:
+                    decoded, reason = self._decode(raw)
+                    if decoded is None:
+                        letters.append(DeadLetter(part.name, offset, str(reason), raw))
+                        continue
+                    raw = decoded
                 if b"\n" in raw:
                     events.extend(events_of(offset, raw))
                 elif raw and not raw.isspace():  # the common case, inline: one event, one line
@@ -198,6 +218,26 @@ class IngestActor:
         batches = self._router.take()
         rnd.refs = [shard.receive.remote(b) for shard, b in zip(self._shards, batches) if len(b)]
         return rnd
+
+    def _decode(self, raw: bytes) -> tuple[bytes | None, str | None]:
+        """The decoder's answer; while the registry is away, the same record is tried again (the round, and
+        with it the partitions' progress, waits: backpressure, never a dead letter)."""
+        assert self._decoder is not None
+        delay = 0.5
+        while True:
+            try:
+                got = self._decoder.decode(raw)
+                if self._registry_error is not None:
+                    log.info("schema registry answers again; reading resumes")
+                self._registry_error = None
+                return got
+            except RegistryUnavailable as exc:
+                if self._registry_error is None:
+                    log.warning("%s", exc)
+                self._registry_error = str(exc)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, REGISTRY_RETRY_MAX_S)
 
     def _stamp_times(self, rnd: Round, read: dict[str, tuple[list, list[Event]]], rejected: set) -> list[DeadLetter]:
         """Give the round's transactions their event times; the ones with none become dead letters

@@ -32,7 +32,9 @@ from typing import Iterable, Iterator, NamedTuple
 import orjson
 
 from pulsegraph.base.durable import append_durably, makedirs_durably
-from pulsegraph.ingest.sources.kafka import kafka_python_config
+from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 
 log = logging.getLogger(__name__)
 
@@ -169,14 +171,17 @@ class KafkaDeadLetterSink:
     what the failed attempt got through, so it too writes each letter once.
     """
 
-    def __init__(self, bootstrap: str, topic: str, stop=None, starts: dict[str, int] | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, stop=None, starts: dict[str, int] | None = None,
+                 config: KafkaConfig | None = None) -> None:
         self.bootstrap = bootstrap
+        self.config = config  # how to reach the cluster (--kafka-config)
         self.topic = f"{topic}.dlq"
         self._producer = None
         self._stop = stop
         self._written = _Written(starts or {})
         self._max_value = MAX_KAFKA_VALUE_BYTES
         self._failed: str | None = None  # why the write under way is being retried
+        self.fault: str | None = None  # the broker refused the write (the operator's action), not an outage
         self._since: float | None = None  # when the write under way started
 
     @property
@@ -195,14 +200,14 @@ class KafkaDeadLetterSink:
             from kafka.admin import KafkaAdminClient, NewTopic
             from kafka.errors import TopicAlreadyExistsError
 
-            admin = KafkaAdminClient(**kafka_python_config(self.bootstrap))
+            admin = KafkaAdminClient(**kafka_python_config(self.bootstrap, self.config))
             try:
                 admin.create_topics([NewTopic(self.topic, 1, 1)])
             except TopicAlreadyExistsError:
                 pass
             finally:
                 admin.close()
-            self._producer = KafkaProducer(**kafka_python_config(self.bootstrap, acks="all"))
+            self._producer = KafkaProducer(**kafka_python_config(self.bootstrap, self.config, acks="all"))
         return self._producer
 
     def _backwards(self) -> Iterator[tuple[str, int, int]]:
@@ -211,7 +216,7 @@ class KafkaDeadLetterSink:
         from kafka.errors import KafkaTimeoutError
 
         tp = TopicPartition(self.topic, 0)
-        consumer = KafkaConsumer(**kafka_python_config(self.bootstrap, enable_auto_commit=False))
+        consumer = KafkaConsumer(**kafka_python_config(self.bootstrap, self.config, enable_auto_commit=False))
         try:
             consumer.assign([tp])
             begin, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
@@ -252,6 +257,7 @@ class KafkaDeadLetterSink:
         delay = 0.5
         self._since = time.monotonic()
         while True:
+            attempt = time.monotonic()
             try:
                 producer = self._ensure()
                 if self._written.newest is None:
@@ -266,7 +272,7 @@ class KafkaDeadLetterSink:
                     f.get(timeout=WRITE_TIMEOUT_S)
                 if todo:
                     self._written.newest.update({d.partition: max(self._written.newest.get(d.partition, (-1, -1)), d.key) for d in todo})
-                self._failed = self._since = None
+                self._failed = self._since = self.fault = None
                 return
             except MessageSizeTooLargeError:
                 # This topic takes less than our cut: cut harder (never a retry of the same size).
@@ -278,7 +284,9 @@ class KafkaDeadLetterSink:
             except KafkaError as exc:
                 if self._stop is not None and self._stop.is_set():
                     raise
-                self._failed = f"dead letters to {self.topic}: {type(exc).__name__}: {exc}"
+                # A refusal (credentials, certificates, ACLs on the .dlq topic) says what to do; an outage is retried.
+                self.fault = diagnose(exc, self.bootstrap, self.config, self.topic, since=attempt)
+                self._failed = self.fault or f"dead letters to {self.topic}: {type(exc).__name__}: {exc}"
                 if delay == 0.5:  # once per outage, not once per retry
                     log.warning("could not write %d dead letters to %s (%s); retrying until the broker takes them",
                                 len(letters), self.topic, exc)

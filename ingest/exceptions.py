@@ -13,3 +13,7 @@ class BadRecord(IngestError):
 
 class SourceError(IngestError):
     """A source cannot be opened, read or positioned."""
+
+
+class KafkaConfigError(IngestError):
+    """A Kafka properties file that cannot be read, or asks for what a client cannot do."""

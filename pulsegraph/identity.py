@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pulsegraph.base.durable import fsync_dir
 from pulsegraph.errors import PipelineError
-from pulsegraph.ingest.sources.kafka import TopicInfo
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo
 from pulsegraph.settings import Settings
 
 log = logging.getLogger(__name__)

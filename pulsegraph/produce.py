@@ -19,7 +19,10 @@ import time
 import msgspec
 
 from pulsegraph.errors import ProduceError
+from pulsegraph.ingest.exceptions import KafkaConfigError
 from pulsegraph.ingest.sources import SourceSpec, open_partitions
+from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig, load_kafka_config
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ def event_key(raw: bytes) -> bytes | None:
     return key.encode() if isinstance(key, str) else None
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> int:
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0, config: KafkaConfig | None = None) -> int:
     """Create ``topic`` when missing; returns its partition count.
 
     A topic that was just created can be described before its partitions
@@ -47,7 +50,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(**kafka_python_config(bootstrap, config))
     try:
         try:
             admin.create_topics([NewTopic(topic, partitions, 1)])
@@ -72,6 +75,8 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers HOST:PORT")
     p.add_argument("--topic", required=True, help="topic to write to")
+    p.add_argument("--kafka-config", default=None, metavar="FILE",
+                   help="a properties file in librdkafka's names (what kcat -F takes): security.protocol, sasl.*, ssl.*")
     p.add_argument("--source", choices=["synthetic", "file"], default="synthetic", help="where events come from")
     p.add_argument("--path", help="the JSONL file of --source file")
     p.add_argument("--rate", type=float, default=0, help="events/s (0: as fast as the broker takes them)")
@@ -88,14 +93,20 @@ def produce(args: argparse.Namespace) -> dict:
     from kafka import KafkaProducer
     from kafka.partitioner.default import murmur2
 
-    n_parts = ensure_topic(args.bootstrap, args.topic, args.partitions)
+    config = None
+    if getattr(args, "kafka_config", None):
+        try:
+            config = load_kafka_config(args.kafka_config)
+        except KafkaConfigError as exc:
+            raise ProduceError(str(exc)) from None
+    n_parts = ensure_topic(args.bootstrap, args.topic, args.partitions, config=config)
     limit = args.limit if args.limit is not None or args.source == "file" else 100_000
     spec = SourceSpec(
         kind=args.source, partitions=1, path=args.path, rate=args.rate or None, limit=limit,
         seed=args.seed, users=args.users, hashtags=args.hashtags,
     )
     (source,) = open_partitions(spec, spec.partition_names()[:1], {})
-    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", linger_ms=5, batch_size=256 * 1024)
+    producer = KafkaProducer(**kafka_python_config(args.bootstrap, config, acks="all", linger_ms=5, batch_size=256 * 1024))
     all_parts = list(range(n_parts))
     pack = max(1, args.events_per_message)
     pending: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in all_parts}

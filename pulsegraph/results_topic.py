@@ -54,20 +54,20 @@ from pulsegraph.api.store import (
     mover_items,
 )
 from pulsegraph.errors import ResultsError
-from pulsegraph.ingest.sources.kafka import RECONNECT_BACKOFF_MAX_MS
+from pulsegraph.ingest.sources.kafka_clients import librdkafka_config
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 
 log = logging.getLogger(__name__)
 
-# Movers per algorithm in a record, as /v1/movers answers by default.
-MOVERS_K = 10
+MOVERS_K = 10  # movers per algorithm in a record, as /v1/movers answers by default
 # Epochs per transaction while catching up after an outage: one commit per 50 records keeps a
 # catch-up of thousands to seconds, and a transaction small enough to retry whole.
 BATCH = 50
 # Epoch numbers heard of and not yet published. The store retains the epochs themselves (its
 # --retain-epochs); this only remembers which existed, to count the ones it drops as gaps.
 PENDING_MAX = 100_000
-# How long the publisher waits for news before it looks at the store anyway.
-WAKE_S = 0.2
+WAKE_S = 0.2  # how long the publisher waits for news before it looks at the store anyway
 # librdkafka calls that block: long enough for a broker answering under load, short enough that a
 # broker outage is reported within seconds and stop() never waits long.
 REQUEST_TIMEOUT_S = 10.0
@@ -174,9 +174,10 @@ class ResultPublisher:
 
     def __init__(
         self, store: ResultStore, bootstrap: str, topic: str, transactional_id: str, k: int = 100,
-        alerts: AlertBook | None = None,
+        alerts: AlertBook | None = None, config: KafkaConfig | None = None,
     ) -> None:
         self.store = store
+        self.config = config  # how to reach the results topic's cluster (--results-kafka-config or --kafka-config)
         self.alerts = alerts
         # The epochs' alerts, one record per epoch record, in the same transactions.
         self.alerts_topic = f"{topic}.alerts" if alerts is not None else None
@@ -265,8 +266,9 @@ class ResultPublisher:
                 log.error("%s", exc)
                 self._drop_producer()
                 return
-            except (KafkaException, ResultsError) as exc:
-                self.state, self.error = "disconnected", f"Kafka: {exc}"
+            except (KafkaException, ResultsError) as exc:  # an outage, or a refusal (credentials, ACLs): its action
+                fault = diagnose(str(exc), self.bootstrap, self.config, self.topic)
+                self.state, self.error = ("faulted", fault) if fault else ("disconnected", f"Kafka: {exc}")
                 log.warning("results topic %s at %s: %s; retrying in %.1f s", self.topic, self.bootstrap, exc, backoff)
                 self._drop_producer()
                 if stopping or self._stop.wait(backoff):
@@ -293,15 +295,13 @@ class ResultPublisher:
 
         self.state = "connecting"
         self._ensure_topic()
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
+        producer = Producer(librdkafka_config(self.bootstrap, self.config, {
             "transactional.id": self.transactional_id,
             "enable.idempotence": True,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5,
-            "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             "logger": _librdkafka_log,
-        })
+        }))
         try:
             # Fences any producer of a service before this one and ends its open transaction, so the
             # last committed epoch read next cannot change under us.
@@ -309,7 +309,7 @@ class ResultPublisher:
         except KafkaException as exc:
             self._raise_if_fenced(exc)
             raise
-        last, value = read_last_committed(self.bootstrap, self.topic, self.transactional_id)
+        last, value = read_last_committed(self.bootstrap, self.topic, self.transactional_id, config=self.config)
         self._producer = producer
         if last is not None and self.last_committed is not None and last < self.last_committed:
             raise ResultsError(
@@ -326,7 +326,7 @@ class ResultPublisher:
         order of epochs) if it does not exist."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(librdkafka_config(self.bootstrap, self.config, {"logger": _librdkafka_log}))
         meta = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
         for topic in (self.topic, self.alerts_topic):
             if topic is None:
@@ -444,7 +444,8 @@ class ResultPublisher:
         (log.info if self.recut["bytes_identical"] else log.warning)("results topic %s: epoch built again after the start: %s", self.topic, self.recut)
 
 
-def read_last_committed(bootstrap: str, topic: str, transactional_id: str, timeout: float = REQUEST_TIMEOUT_S) -> tuple[int | None, bytes | None]:
+def read_last_committed(bootstrap: str, topic: str, transactional_id: str, timeout: float = REQUEST_TIMEOUT_S,
+                        config: KafkaConfig | None = None) -> tuple[int | None, bytes | None]:
     """The key (an epoch number) and value of the last committed record of ``topic``'s partition 0, or (None, None).
 
     Read with ``isolation.level=read_committed``: the end offset is then the last stable offset
@@ -453,14 +454,14 @@ def read_last_committed(bootstrap: str, topic: str, transactional_id: str, timeo
     """
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
+    c = Consumer(librdkafka_config(bootstrap, config, {
         "group.id": f"{transactional_id}.reader",  # never joined nor committed to: assign() only
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
-    })
+        "logger": _librdkafka_log,
+    }))
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout, cached=False)
         step = 16

@@ -15,6 +15,7 @@ from pulsegraph.api.edge import EdgeLimits, server_config
 from pulsegraph.api.store import EpochView
 from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.ingest.eventlog import EventLog
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 from pulsegraph.ingest.transforms import get_transform
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
@@ -49,7 +50,7 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def kafka_sink(bootstrap: str, topic: str):
+def kafka_sink(bootstrap: str, topic: str, config: KafkaConfig | None = None):
     """POSTed events to the Kafka topic the pipeline consumes, one event per message, acknowledged by every
     in-sync replica before the API answers 202. The producer is made at the first POST, so the API starts
     even while the broker is still coming up."""
@@ -59,11 +60,11 @@ def kafka_sink(bootstrap: str, topic: str):
     def send(records: list[bytes]) -> None:
         from kafka import KafkaProducer
 
-        from pulsegraph.ingest.sources.kafka import kafka_python_config
+        from pulsegraph.ingest.sources.kafka_clients import kafka_python_config
 
         with lock:
             if "producer" not in made:
-                made["producer"] = KafkaProducer(**kafka_python_config(bootstrap, acks="all", linger_ms=2))
+                made["producer"] = KafkaProducer(**kafka_python_config(bootstrap, config, acks="all", linger_ms=2))
         producer = made["producer"]
         futures = [producer.send(topic, value=r) for r in records]
         producer.flush(timeout=KAFKA_SEND_TIMEOUT_S)
@@ -76,7 +77,7 @@ def kafka_sink(bootstrap: str, topic: str):
 def events_sink(settings: Settings, pipeline: Pipeline):
     """Where POST /v1/events appends: the Kafka topic of --source kafka, else the embedded log the pipeline follows."""
     if settings.source == "kafka":
-        return kafka_sink(str(getattr(settings, "bootstrap")), str(getattr(settings, "topic")))
+        return kafka_sink(str(getattr(settings, "bootstrap")), str(getattr(settings, "topic")), pipeline.kafka_config)
     return EventLog(str(pipeline.events_log)).append
 
 

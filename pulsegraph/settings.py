@@ -17,7 +17,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from pulsegraph.ingest.exceptions import IngestError
+from pulsegraph.ingest.exceptions import IngestError, KafkaConfigError
+from pulsegraph.ingest.decode import RegistrySpec
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig, load_kafka_config, parse_properties
 from pulsegraph.ingest.transforms import get_transform
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -108,6 +110,23 @@ class Settings(BaseSettings):
     group: str = Field("pulsegraph", description="Kafka consumer group that durable offsets are committed to (for lag monitoring)")
     kafka_client: Literal["kafka-python", "confluent"] = Field(
         "confluent", description="the Kafka client library of --source kafka: confluent (librdkafka) or kafka-python"
+    )
+    kafka_config: Path | None = Field(
+        None, description="a properties file in librdkafka's names (the file kcat -F takes: security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location, ...) that every Kafka client of the service connects with; "
+        "read by this process only, its secrets never shown",
+    )
+    results_kafka_config: Path | None = Field(
+        None, description="the properties file of --results-bootstrap's cluster (default: --kafka-config)"
+    )
+    format: Literal["json", "avro", "jsonschema", "protobuf"] = Field(
+        "json", description="what a record holds: json, or avro or jsonschema framed by a schema registry (decoded before the "
+        "transform, which sees the same object a JSON record gives; protobuf is refused: it needs the records' generated classes)",
+    )
+    schema_registry: str | None = Field(None, description="the schema registry's URL (Confluent's API) of --format avro|jsonschema")
+    schema_registry_config: Path | None = Field(
+        None, description="a properties file of the schema registry client (basic.auth.user.info, ssl.ca.location, "
+        "ssl.certificate.location, ssl.key.location), read by this process only, its secrets never shown",
     )
     results_topic: str | None = Field(
         None, description="publish each ranked epoch to this Kafka topic, once, in a transaction, keyed by its number (created with 1 partition if missing)"
@@ -245,6 +264,19 @@ class Settings(BaseSettings):
             )
         if self.results_bootstrap is not None and self.results_topic is None:
             raise ValueError("--results-bootstrap is the cluster of --results-topic: give --results-topic TOPIC too")
+        if self.results_kafka_config is not None and self.results_topic is None:
+            raise ValueError("--results-kafka-config is for the cluster of --results-topic: give --results-topic TOPIC too")
+        try:  # read and checked now, not at the first connection (the messages show no value of the file)
+            self.kafka_properties()
+            self.results_kafka_properties()
+            self.registry()
+        except KafkaConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if self.format == "protobuf":
+            raise ValueError("--format protobuf is not supported: decoding needs the records' generated message classes; "
+                             "use avro or jsonschema")
+        if self.format != "json" and not self.schema_registry:
+            raise ValueError(f"--format {self.format} needs --schema-registry URL")
         if self.transform is not None:
             try:
                 get_transform(self.transform)
@@ -281,6 +313,28 @@ class Settings(BaseSettings):
         except OSError as exc:
             raise ValueError(f"cannot read --api-token-file: {exc}") from None
         return lines[0].strip() if lines else ""
+
+    def kafka_properties(self) -> KafkaConfig | None:
+        """The --kafka-config file's properties (None: a plaintext cluster), read now."""
+        return load_kafka_config(self.kafka_config) if self.kafka_config is not None else None
+
+    def results_kafka_properties(self) -> KafkaConfig | None:
+        """The properties of the results topic's cluster: --results-kafka-config, else --kafka-config."""
+        if self.results_kafka_config is not None:
+            return load_kafka_config(self.results_kafka_config)
+        return self.kafka_properties()
+
+    def registry(self) -> RegistrySpec | None:
+        """The schema registry of --format avro|jsonschema (its properties read now), or None for JSON records."""
+        if self.format == "json" or not self.schema_registry:
+            return None
+        config = None
+        if self.schema_registry_config is not None:
+            try:
+                config = parse_properties(self.schema_registry_config.read_text(), str(self.schema_registry_config))
+            except OSError as exc:
+                raise KafkaConfigError(f"cannot read --schema-registry-config {self.schema_registry_config}: {exc.strerror}") from None
+        return RegistrySpec(self.format, self.schema_registry, config)
 
     @property
     def results_brokers(self) -> str | None:

@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from pulsegraph.errors import PulsegraphError
-from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
 from pulsegraph.memory import node_used, service_memory
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class Supervisor:
         from pulsegraph.ingest.exceptions import SourceError
 
         try:
-            now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic))
+            now = describe_topic(str(self.pipeline.settings.bootstrap), str(self.pipeline.settings.topic), self.pipeline.kafka_config)
         except (KafkaError, SourceError):
             return  # unreachable, or the topic is gone for now: the ingest actors report that
         finally:

@@ -33,7 +33,9 @@ from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
 from pulsegraph.ingest.actor import IngestActor
 from pulsegraph.ingest.sources import SourceSpec
-from pulsegraph.ingest.sources.kafka import TopicInfo, describe_topic, partition_number
+from pulsegraph.ingest.sources.kafka import partition_number
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
@@ -158,10 +160,14 @@ class Pipeline:
         s = self.settings
         # Reads the store, not the actors: it lives as long as the service, across relaunches.
         self.results: ResultPublisher | None = None
+        # The cluster's properties, secrets included, read from --kafka-config by this process only: they
+        # reach the actors inside the SourceSpec, in memory (never an environment variable or a command line).
+        self.kafka_config = s.kafka_properties()
+        self.registry = s.registry()  # the same for the schema registry's properties
         if s.results_topic:
             self.results = ResultPublisher(
                 self.store, str(s.results_brokers), s.results_topic, s.results_transactional_id, s.results_k,
-                alerts=self.alerts,
+                alerts=self.alerts, config=s.results_kafka_properties(),
             )
 
     @property
@@ -181,6 +187,7 @@ class Pipeline:
             topic=s.topic,
             group=s.group,
             kafka_client=s.kafka_client,
+            kafka_config=self.kafka_config,
         )
 
     @property
@@ -296,6 +303,7 @@ class Pipeline:
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
                 self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size, s.window is not None, s.log_level,
+                self.registry,
             )
             for i, parts in enumerate(owners)
             if parts
@@ -346,13 +354,20 @@ class Pipeline:
 
         delay = 0.5
         while True:
+            since = time.monotonic()
             try:
-                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic))
+                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic), self.kafka_config)
             except (KafkaError, SourceError) as exc:
-                # Unreachable, or the topic is not there yet (a producer may be about to create it).
-                state = "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
-                self._status = {"status": "degraded", "ingest": state, "error": f"Kafka: {exc}"}
-                log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
+                # Unreachable, refusing us (credentials, certificates, ACLs: a fault, with the action), or the
+                # topic is not there yet (a producer may be about to create it).
+                fault = diagnose(exc, str(self.settings.bootstrap), self.kafka_config, self.settings.topic, self.settings.group,
+                                 since) if isinstance(exc, KafkaError) else None
+                state = "faulted" if fault else "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
+                self._status = {"status": "degraded", "ingest": state, "error": fault or f"Kafka: {exc}"}
+                if fault:
+                    log.error("%s", fault)
+                else:
+                    log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
                 if self._stop.wait(delay):
                     raise PipelineError("stopped while waiting for Kafka") from exc
                 delay = min(delay * 2, 10.0)
@@ -379,20 +394,24 @@ class Pipeline:
         ray.get([s.ping.remote() for s in self.shards] + [self.compute.latest_epoch.remote()], timeout=STATUS_TIMEOUT_S)
         failed = coord["failed"] or next((i["error"] for i in ingest if i["error"]), None)
         disconnected = not all(i["connected"] for i in ingest)
+        # The broker answers, but a partition cannot be read on until the operator acts (its reason says how).
+        fault = next((i["fault"] for i in ingest if i.get("fault")), None)
         if failed:
             state = "failed"
+        elif fault:
+            state = "faulted"
         elif disconnected:
             state = "disconnected"
         else:
             state = "finished" if all(i["exhausted"] for i in ingest) else "running"
         return {
-            "status": "degraded" if failed or disconnected else "ok",
+            "status": "degraded" if failed or fault or disconnected else "ok",
             # An epoch that failed or an ingest actor whose loop died: either way the pipeline relaunches.
             "_lost": failed,
             "sizing": dict(self.sizing),
             "recoveries": self.recoveries,
             "ingest": state,
-            "error": failed or next((i["source_error"] for i in ingest if i["source_error"]), None),
+            "error": failed or fault or next((i["source_error"] for i in ingest if i["source_error"]), None),
             "lag": {p: n for i in ingest for p, n in i["lag"].items()},
             # Records retention deleted before they were read, per partition, since this service started.
             "retention_lost": _summed(self._lost_before, *(i["retention_lost"] for i in ingest)),

@@ -80,3 +80,18 @@ def kafka_broker(tmp_path_factory):
         pytest.fail(f"no Kafka broker (CI={os.environ.get('CI', '')}): {exc}", pytrace=False)
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory):
+    """The project's broker with SASL_SSL (PLAIN, SCRAM-SHA-512) and mutual-TLS listeners, certificates made
+    by openssl for the session (tests/kafka_secure.py). Never skipped, like kafka_broker."""
+    from tests.kafka_secure import SecureBroker
+
+    broker = SecureBroker(tmp_path_factory.mktemp("kafka-secure"))
+    try:
+        broker.start()
+    except Exception as exc:  # noqa: BLE001 - turned into a failure that says what broke
+        pytest.fail(f"no secured Kafka broker: {exc}", pytrace=False)
+    yield broker
+    broker.stop()

@@ -3,6 +3,15 @@
 #
 #   tools/kafka.sh fetch                 download the broker's jars from Maven Central (cached under .cache/kafka)
 #   tools/kafka.sh start DIR [PORT]      format DIR (first time only), start the broker, print HOST:PORT when it answers
+#   tools/kafka.sh start-secure DIR SEC  the same broker with two secured listeners more, as a team's cluster has them:
+#                                        SASL_SSL (PLAIN and SCRAM-SHA-512) and SSL requiring a client certificate
+#                                        (mutual TLS), and ACLs (StandardAuthorizer). SEC holds ca.pem (the CA), broker.pem
+#                                        (the broker's encrypted key and certificate, a PEM key store), broker.password
+#                                        (that key's password), plain-users and scram-users (NAME:PASSWORD a line; the
+#                                        SCRAM users are created when the storage is formatted, kafka-storage --add-scram).
+#                                        The PLAINTEXT listener stays for the operator (super user ANONYMOUS: topics, ACLs).
+#                                        Prints PLAINTEXT=HOST:PORT SASL_SSL=localhost:PORT SSL=localhost:PORT; the
+#                                        secured listeners are advertised as localhost, the name in the broker's certificate.
 #   tools/kafka.sh stop DIR              stop the broker started in DIR (by its process id), cleanly
 #   tools/kafka.sh status DIR            print HOST:PORT and exit 0 if it runs, exit 1 if not
 #
@@ -46,12 +55,51 @@ running() {
   [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null
 }
 
+secure=""
+
+start_secure() {
+  secure=$(cd "${2:?usage: kafka.sh start-secure DIR SEC}" && pwd)
+  start "$1" "${3:-}"
+}
+
+# The listeners, authorizer and users of start-secure, appended to server.properties.
+secure_properties() {
+  local dir=$1 port=$2 cport=$3 sport mport jaas="" line
+  if [ -f "$dir/secure-ports" ]; then read -r sport mport < "$dir/secure-ports"; else
+    sport=$(free_port); mport=$(free_port); echo "$sport $mport" > "$dir/secure-ports"; fi
+  while IFS=: read -r name pw; do [ -n "$name" ] && jaas="$jaas user_$name=\"$pw\""; done < "$secure/plain-users"
+  sed -i '/^listeners=/d; /^advertised.listeners=/d; /^listener.security.protocol.map=/d' "$dir/server.properties"
+  cat >> "$dir/server.properties" <<PROPS
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$mport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://localhost:$sport,SSL://localhost:$mport
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$jaas;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$secure/broker.pem
+ssl.key.password=$(cat "$secure/broker.password")
+ssl.truststore.type=PEM
+ssl.truststore.location=$secure/ca.pem
+listener.name.ssl.ssl.client.auth=required
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=true
+PROPS
+  chmod 600 "$dir/server.properties"
+  echo "PLAINTEXT=127.0.0.1:$port SASL_SSL=localhost:$sport SSL=localhost:$mport" > "$dir/listeners"
+}
+
 start() {
   local dir=${1:?usage: kafka.sh start DIR [PORT]} port=${2:-}
   fetch
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
-  if running "$dir"; then cat "$dir/bootstrap"; return 0; fi
+  if running "$dir"; then
+    if [ -n "$secure" ]; then cat "$dir/listeners"; else cat "$dir/bootstrap"; fi
+    return 0
+  fi
   [ -n "$port" ] || { [ -f "$dir/port" ] && port=$(cat "$dir/port"); } || true
   [ -n "$port" ] || port=$(free_port)
   local cport
@@ -74,11 +122,18 @@ transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 PROPS
+  [ -z "$secure" ] || secure_properties "$dir" "$port" "$cport"
   local cp="$libs/*"
   if [ ! -f "$dir/logs/meta.properties" ]; then
     local id
     id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n1)
-    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+    local scram=()
+    if [ -n "$secure" ]; then
+      while IFS=: read -r name pw; do
+        [ -n "$name" ] && scram+=(--add-scram "SCRAM-SHA-512=[name=$name,password=$pw]")
+      done < "$secure/scram-users"
+    fi
+    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" "${scram[@]}" >"$dir/format.log" 2>&1 \
       || { cat "$dir/format.log" >&2; die "formatting the KRaft storage failed"; }
   else
     # A restart: the controller port is new, the quorum's stored voters must follow it.
@@ -113,7 +168,7 @@ L4J2
     sleep 0.5; waited=$((waited + 1))
     [ "$waited" -lt $((start_timeout * 2)) ] || { stop "$dir"; die "the broker did not answer within ${start_timeout}s"; }
   done
-  cat "$dir/bootstrap"
+  if [ -n "$secure" ]; then cat "$dir/listeners"; else cat "$dir/bootstrap"; fi
 }
 
 stop() {
@@ -136,7 +191,8 @@ status() {
 case "${1:-}" in
   fetch) fetch ;;
   start) shift; start "$@" ;;
+  start-secure) shift; start_secure "$@" ;;
   stop) shift; stop "$@" ;;
   status) shift; status "$@" ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pulsegraph.ingest.exceptions import SourceError
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
 
 class Record(NamedTuple):
@@ -105,6 +106,9 @@ class SourceSpec:
     topic: str | None = None
     group: str = "pulsegraph"
     kafka_client: str = "confluent"  # "confluent" | "kafka-python": the library behind the kafka partitions
+    # How the Kafka clients reach the cluster (--kafka-config), secrets included: it travels to the
+    # actors inside this spec, in memory, never through an environment variable or a command line.
+    kafka_config: KafkaConfig | None = None
     options: dict = field(default_factory=dict)
 
     def partition_names(self) -> list[str]:

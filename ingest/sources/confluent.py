@@ -18,12 +18,8 @@ import logging
 from typing import Any
 
 from pulsegraph.ingest.sources.base import Record
-from pulsegraph.ingest.sources.kafka import (
-    POLL_TIMEOUT_S,
-    RECONNECT_BACKOFF_MAX_MS,
-    REQUEST_TIMEOUT_MS,
-    BaseKafkaClient,
-)
+from pulsegraph.ingest.sources.kafka import POLL_TIMEOUT_S, BaseKafkaClient
+from pulsegraph.ingest.sources.kafka_clients import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS, librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +59,10 @@ class ConfluentKafkaClient(BaseKafkaClient):
         ``_ALL_BROKERS_DOWN``, and the probe catches whatever else."""
         from confluent_kafka import KafkaError, KafkaException
 
-        if err.code() != KafkaError._TRANSPORT:
+        from pulsegraph.ingest.sources.kafka_faults import diagnose
+
+        # A transport error that is a refusal (the broker rejected our certificate) is a fault, not a blip.
+        if err.code() != KafkaError._TRANSPORT or diagnose(err.str(), self.bootstrap, self.config) is not None:
             self._down(KafkaException(err))
 
     def _tp(self, partition: int, offset: int | None = None) -> Any:
@@ -74,9 +73,10 @@ class ConfluentKafkaClient(BaseKafkaClient):
     def _open(self) -> Any:
         from confluent_kafka import Consumer
 
-        consumer = Consumer(
+        consumer = Consumer(librdkafka_config(
+            self.bootstrap,
+            self.config,
             {
-                "bootstrap.servers": self.bootstrap,
                 "group.id": self.group,
                 "client.id": f"pulsegraph-{self.topic}",
                 # The checkpoint is the truth: offsets go to the group only through commit().
@@ -98,8 +98,8 @@ class ConfluentKafkaClient(BaseKafkaClient):
                 "on_commit": self._on_commit,
                 # librdkafka's own log lines go to Python logging, not to the worker's stderr.
                 "logger": _librdkafka_log,
-            }
-        )
+            },
+        ))
         try:
             lows = {p: self._watermarks(consumer, p)[0] for p in self._partitions}
             starts = self._starts(lows)

@@ -27,6 +27,13 @@ A broker that is unreachable, at start or mid-stream, is retried with capped
 exponential backoff; meanwhile the partitions hand out nothing and report
 ``connected == False``. Both clients resume fetching where they were.
 
+A broker that answers but whose records or answers the client cannot use is a
+*fault*, never an outage: a partition whose records are compressed with a codec
+the client has no library for stops at the first such record (the others go
+on), and says which codec and what to install; ``/health`` shows it as degraded
+with that reason. Retrying would not help, so a fault is not retried: the
+operator acts and restarts, and the partition resumes where it stopped.
+
 This module owns that behaviour once, in :class:`BaseKafkaClient` (start
 offsets, per-partition queues, ``take``, positions, backoff, lag, commits), and
 the kafka-python client, :class:`KafkaClient`; the librdkafka client,
@@ -40,10 +47,18 @@ import abc
 import collections
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pulsegraph.ingest.sources.base import Record, SourcePartition
+from pulsegraph.ingest.sources.kafka_clients import (
+    REQUEST_TIMEOUT_MS,
+    codec_fault,
+    kafka_python_config,
+)
+from pulsegraph.ingest.sources.kafka_config import KafkaConfig
+
+# Imported with the source, before any client: it keeps the causes kafka-python logs as it fails to connect.
+from pulsegraph.ingest.sources.kafka_faults import diagnose
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +66,6 @@ log = logging.getLogger(__name__)
 # the broker's return, slow enough not to flood its log while it is away.
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
-# A request to a dead broker fails after this long; kafka-python's default (305 s) would hide an outage.
-REQUEST_TIMEOUT_MS = 5000
-# The longest wait between a client's reconnect attempts: a broker back from an outage is fetched from
-# within about this long. The libraries double their wait up to 30 s (kafka-python) or 10 s (librdkafka),
-# which kept a 10 s outage costing 20-40 s; one attempt a second per client is nothing to a broker.
-RECONNECT_BACKOFF_MAX_MS = 1000
-# How long a kafka-python client's constructor waits for a first broker (its default is 30 s).
-BOOTSTRAP_TIMEOUT_MS = 10_000
 # How often an idle consumer checks that the broker still answers (and measures lag).
 PROBE_S = 2.0
 # A client disconnected this long with its consumer open is closed and opened anew. Seen in the chaos
@@ -76,23 +83,13 @@ POLL_TIMEOUT_S = 0.02
 # restored while a sibling has fetched records in line, so a resumed partition stays silent.)
 MAX_QUEUED_RECORDS = 20_000
 
-
-def kafka_python_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    """The settings every kafka-python client of the service is made with (consumer, producer, admin)."""
-    return {
-        "bootstrap_servers": bootstrap,
-        "request_timeout_ms": REQUEST_TIMEOUT_MS,
-        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-        **extra,
-    }
-
-
 class BaseKafkaClient(abc.ABC):
     """The consumer shared by the partitions one ingest actor owns; a subclass is one Kafka client library."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: list[int], starts: dict[int, int], group: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: list[int], starts: dict[int, int], group: str,
+                 config: KafkaConfig | None = None) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.config = config  # how to reach the cluster (--kafka-config), or None: plaintext
         self._partitions = partitions
         self.positions = {p: starts.get(p, 0) for p in partitions}
         self._fetched = dict(self.positions)  # the offset after the last one queued
@@ -108,6 +105,13 @@ class BaseKafkaClient(abc.ABC):
         self._committed: dict[int, int] = {}
         self._commit_failing = False
         self.retention_lost: dict[int, int] = {}  # records deleted by retention before they were read
+        # Partitions stopped by a fault the operator must fix (the broker answers): partition -> reason.
+        self.faults: dict[int, str] = {}
+        # The broker answers but refuses this client (credentials, certificates, ACLs): the reason and the
+        # action, until a connection succeeds. Retried all the same (with backoff): the operator may fix
+        # the cluster's side (a user created, an ACL granted) without restarting the service.
+        self.fault: str | None = None
+        self._attempt_since = 0.0  # time.monotonic() at the start of the last connection attempt
         self._queue_cap = MAX_QUEUED_RECORDS
 
     # -- what a client library provides --------------------------------------------------
@@ -115,6 +119,15 @@ class BaseKafkaClient(abc.ABC):
     @abc.abstractmethod
     def _errors(self) -> tuple[type[BaseException], ...]:
         """The library's exceptions that mean the broker did not answer (caught, never raised)."""
+
+    def _partition_fault(self, exc: BaseException) -> tuple[list[int], str] | None:
+        """When ``exc`` (one of :meth:`_errors`, raised by a poll) means the broker answered but some
+        partitions cannot be read on (a codec the library lacks): those partitions and the reason.
+        None: an outage, retried."""
+        return None
+
+    def _stop_partitions(self, partitions: list[int]) -> None:
+        """Fetch nothing more for ``partitions`` (they stopped on a fault)."""
 
     @abc.abstractmethod
     def _open(self) -> Any:
@@ -194,6 +207,7 @@ class BaseKafkaClient(abc.ABC):
             return True
         if time.monotonic() < self._next_try:
             return False
+        self._attempt_since = time.monotonic()
         try:
             self._consumer = self._open()
         except self._errors() as exc:
@@ -204,12 +218,17 @@ class BaseKafkaClient(abc.ABC):
         return True
 
     def _up(self) -> None:
-        self.connected, self.error, self._backoff = True, None, BACKOFF_MIN_S
+        self.connected, self.error, self.fault, self._backoff = True, None, None, BACKOFF_MIN_S
 
     def _down(self, exc: BaseException) -> None:
-        if self.connected or self.error is None:
+        fault = diagnose(exc, self.bootstrap, self.config, self.topic, self.group, self._attempt_since)
+        if fault is not None and fault != self.fault:
+            log.error("%s", fault)
+        elif fault is None and self.fault is None and (self.connected or self.error is None):
             log.warning("Kafka at %s unreachable (%s); retrying with backoff", self.bootstrap, exc)
+        if self.connected or self.error is None:
             self._down_since = time.monotonic()
+        self.fault = fault or self.fault  # a later "all brokers down" is the same refusal, not an outage
         self.connected, self.error = False, f"{type(exc).__name__}: {exc}"
         self._next_try = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
@@ -226,7 +245,11 @@ class BaseKafkaClient(abc.ABC):
         try:
             batch = self._poll(max_records)
         except self._errors() as exc:
-            self._down(exc)
+            fault = self._partition_fault(exc)
+            if fault is None:
+                self._down(exc)
+            else:
+                self._fault(*fault)
             return
         got = False
         for p, recs in batch.items():
@@ -244,6 +267,16 @@ class BaseKafkaClient(abc.ABC):
         if time.monotonic() >= self._next_probe:
             self._next_probe = time.monotonic() + PROBE_S
             self.probe()
+
+    def _fault(self, partitions: list[int], reason: str) -> None:
+        """Stop ``partitions`` with ``reason`` (logged once); the broker answered, so the client stays connected."""
+        fresh = [p for p in partitions if p not in self.faults]
+        for p in fresh:
+            self.faults[p] = reason  # what is queued (the records before the fault) is still handed out
+        if fresh:
+            log.error("%s", reason)
+            self._stop_partitions(fresh)
+        self._up()
 
     def _reopen(self) -> None:
         """Close the consumer and let the next fill open a new one (from the positions taken so far:
@@ -324,6 +357,27 @@ class KafkaClient(BaseKafkaClient):
 
         return (KafkaError,)
 
+    def _partition_fault(self, exc: BaseException) -> tuple[list[int], str] | None:
+        from kafka.errors import UnsupportedCodecError
+
+        if not isinstance(exc, UnsupportedCodecError):
+            return None
+        # The partition whose records were being unpacked when the codec was missing (the exception
+        # does not name it); without it, every partition of this client not yet stopped.
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        inline = getattr(fetcher, "_next_partition_records", None)
+        tp = getattr(inline, "topic_partition", None)
+        parts = [tp.partition] if tp is not None and tp.partition in self.queues else [
+            p for p in self._partitions if p not in self.faults]
+        where = (f"{self.topic}:{parts[0]} stopped at offset {self._fetched[parts[0]]}" if len(parts) == 1
+                 else f"{self.topic} partitions {parts} stopped")
+        return parts, codec_fault(where, exc)
+
+    def _stop_partitions(self, partitions: list[int]) -> None:
+        from kafka import TopicPartition
+
+        self._consumer.pause(*[TopicPartition(self.topic, p) for p in partitions])
+
     def _tps(self):
         from kafka import TopicPartition
 
@@ -334,6 +388,7 @@ class KafkaClient(BaseKafkaClient):
 
         consumer = KafkaConsumer(**kafka_python_config(
             self.bootstrap,
+            self.config,
             group_id=self.group,
             enable_auto_commit=False,
             client_id=f"pulsegraph-{self.topic}",
@@ -420,9 +475,12 @@ class KafkaPartition(SourcePartition):
 
     def health(self) -> dict:
         c, name = self.client, self.name
+        fault = c.faults.get(self.partition) or c.fault
         return {
             "connected": c.connected,
-            "error": c.error,
+            "error": fault or c.error,
+            # A fault the operator must fix while the broker answers (this partition is stopped).
+            "fault": fault,
             "lag": {name: c.lag[self.partition]} if self.partition in c.lag else {},
             "retention_lost": {name: c.retention_lost[self.partition]} if self.partition in c.retention_lost else {},
         }
@@ -430,44 +488,3 @@ class KafkaPartition(SourcePartition):
 
 def partition_number(name: str) -> int:
     return int(name.rsplit(":", 1)[1])
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """What the broker says of a topic: its partitions, its id (a re-created topic has a new one) and
-    each partition's log end (the high watermark)."""
-
-    partitions: int
-    topic_id: str | None
-    ends: dict[int, int]
-
-
-def describe_topic(bootstrap: str, topic: str) -> TopicInfo:
-    """The broker's :class:`TopicInfo` of ``topic``. Raises SourceError if it does not exist, KafkaError if unreachable."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import UnknownTopicOrPartitionError
-
-    from pulsegraph.ingest.exceptions import SourceError
-
-    missing = SourceError(
-        f"Kafka topic {topic!r} does not exist at {bootstrap}. "
-        f"Operator action: create it (pulsegraph produce --partitions P creates it) or fix --topic."
-    )
-    admin = KafkaAdminClient(**kafka_python_config(bootstrap))
-    try:
-        [meta] = admin.describe_topics([topic])
-    except UnknownTopicOrPartitionError:
-        raise missing from None
-    finally:
-        admin.close()
-    if meta.get("error_code") or not meta.get("partitions"):
-        raise missing
-    numbers = sorted(int(p["partition_index"]) for p in meta["partitions"])
-    consumer = KafkaConsumer(**kafka_python_config(bootstrap))
-    try:
-        ends = consumer.end_offsets([TopicPartition(topic, p) for p in numbers])
-    finally:
-        consumer.close()
-    topic_id = meta.get("topic_id")
-    return TopicInfo(len(numbers), str(topic_id) if topic_id else None, {tp.partition: int(o) for tp, o in ends.items()})

@@ -37,7 +37,8 @@ def open_partitions(spec: SourceSpec, names: list[str], starts: dict[str, int]) 
             raise SourceError(f"unknown Kafka client {spec.kafka_client!r}; expected kafka-python or confluent")
         numbers = [partition_number(n) for n in names]
         client = client_class(
-            str(spec.bootstrap), str(spec.topic), numbers, {partition_number(n): starts.get(n, 0) for n in names}, spec.group
+            str(spec.bootstrap), str(spec.topic), numbers, {partition_number(n): starts.get(n, 0) for n in names}, spec.group,
+            spec.kafka_config,
         )
         return [KafkaPartition(client, p) for p in numbers]
     out: list[SourcePartition] = []
