@@ -8,7 +8,7 @@ time with rows by destination, so that a sweep is cuSPARSE's plain gather; on th
 host that copy is not kept: 12 bytes an edge in the process that holds the most,
 and SciPy's transposed product (a scatter into the destinations, which a social
 graph concentrates in its hubs) took 57 ms where the gather over random sources
-took 134, at 27 M edges (BENCHMARKS.md, "Ranking"). An epoch's changes are additive: they merge
+took 134-137 in two runs, at 27 M edges (BENCHMARKS.md, "Ranking"). An epoch's changes are additive: they merge
 into the overlay (host keys, device CSR copies rebuilt from it, small) and into
 the out-weights; the base is rebuilt (compacted) only when the overlay grows
 past ``compact_fraction`` of it. Nothing is ever rebuilt from the shards.
