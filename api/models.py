@@ -160,24 +160,26 @@ class HealthCheckpoint(BaseModel):
     paused: int = Field(description="checkpoint epochs passed over since the launch, to keep checkpoints within --checkpoint-budget")
 
 
-class HealthComputeQueue(BaseModel):
+class HealthPause(BaseModel):
+    """A bound that pauses ingest while it is reached (what each one keeps it from is in its own fields)."""
+
+    throttled: bool = Field(description="this bound keeps ingest paused now")
+    throttled_seconds: float = Field(description="time this bound kept ingest paused since the launch")
+    reason: str | None = Field(None, description="why ingest is paused, while it is")
+
+
+class HealthComputeQueue(HealthPause):
     epochs: int = Field(description="sealed epochs waiting for the compute stage")
     bytes: int = Field(description="their deltas' size")
     handing_bytes: int = Field(description="the deltas of the batch the compute stage is merging now")
     limit_bytes: int | None = Field(description="--compute-queue-limit, on bytes and handing_bytes together (null: only 64 queued epochs bound it)")
     full: bool = Field(description="at the bound: ingest is paused until the compute stage is done with its batch")
-    throttled: bool = Field(description="the queue keeps ingest paused now")
-    throttled_seconds: float = Field(description="time the queue kept ingest paused since the launch")
-    reason: str | None = Field(None, description="why ingest is paused, while it is")
 
 
-class HealthResultLag(BaseModel):
+class HealthResultLag(HealthPause):
     seconds: float = Field(description="seal time between the newest sealed epoch and the newest ranked one")
     limit_s: float | None = Field(description="--max-result-lag (null: no bound, only reported)")
     over: bool = Field(description="over the bound: ingest is paused until ranking catches up")
-    throttled: bool = Field(description="the lag keeps ingest paused now")
-    throttled_seconds: float = Field(description="time the lag kept ingest paused since the launch")
-    reason: str | None = Field(None, description="why ingest is paused, while it is")
 
 
 class Health(BaseModel):

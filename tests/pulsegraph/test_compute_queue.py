@@ -9,14 +9,12 @@ reference edge for edge.
 
 from __future__ import annotations
 
-import time
-
 import ray
 
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from tests.graphref import reference
-from tests.pulsegraph.test_pipeline import edge_lines, write
+from tests.pulsegraph.test_pipeline import edge_lines, status_when, write
 
 
 def test_a_full_compute_queue_throttles_ingest_and_it_resumes_with_nothing_lost(ray_cluster, tmp_path):
@@ -27,15 +25,7 @@ def test_a_full_compute_queue_throttles_ingest_and_it_resumes_with_nothing_lost(
                         batch_size=200, rate=2000, compute_queue_limit="1", memory_limit=0)
     p = Pipeline(settings).start()
     try:
-        deadline = time.monotonic() + 90
-        seen = None
-        while seen is None:
-            assert time.monotonic() < deadline, p.status()
-            status = p.status()
-            queue = status.get("compute_queue") or {}
-            if queue.get("throttled"):
-                seen = status
-            time.sleep(0.05)
+        seen = status_when(p, lambda s: (s.get("compute_queue") or {}).get("throttled"), timeout=90)
         assert seen["ingest"] == "throttled" and seen["compute_queue"]["limit_bytes"] == 1
         assert "--compute-queue-limit" in seen["compute_queue"]["reason"]
         queue = seen["compute_queue"]
@@ -43,11 +33,7 @@ def test_a_full_compute_queue_throttles_ingest_and_it_resumes_with_nothing_lost(
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=180)
         want = reference({"file:0": list(enumerate(lines))}, view.result.vector, "edges")
         assert ray.get(p.compute.snapshot.remote()) == want
-        deadline = time.monotonic() + 30
-        while (p.status().get("compute_queue") or {}).get("throttled"):
-            assert time.monotonic() < deadline, p.status()
-            time.sleep(0.1)
-        status = p.status()
+        status = status_when(p, lambda s: not s["compute_queue"]["throttled"], timeout=30, every=0.1)
         assert status["ingest"] in ("running", "finished") and status["compute_queue"]["throttled_seconds"] > 0
     finally:
         p.stop()

@@ -61,6 +61,17 @@ def tweet_lines(n: int, seed: int = 2) -> list[bytes]:
     ]
 
 
+def status_when(pipeline, predicate, timeout: float, every: float = 0.05) -> dict:
+    """The pipeline's status once ``predicate(status)`` holds; fails with the last status past ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = pipeline.status()
+        if predicate(status):
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(every)
+
+
 def write(path, lines: list[bytes]) -> list[tuple[int, bytes]]:
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     return list(enumerate(lines))

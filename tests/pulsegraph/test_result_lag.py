@@ -8,14 +8,12 @@ the first seconds. Nothing read is lost: the final graph equals the reference ed
 
 from __future__ import annotations
 
-import time
-
 import ray
 
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
 from tests.graphref import reference
-from tests.pulsegraph.test_pipeline import edge_lines, write
+from tests.pulsegraph.test_pipeline import edge_lines, status_when, write
 
 
 def test_a_lag_past_the_bound_pauses_ingest_until_ranking_catches_up_with_nothing_lost(ray_cluster, tmp_path):
@@ -26,14 +24,7 @@ def test_a_lag_past_the_bound_pauses_ingest_until_ranking_catches_up_with_nothin
                         batch_size=200, rate=2000, max_result_lag="50ms", memory_limit=0)
     p = Pipeline(settings).start()
     try:
-        deadline = time.monotonic() + 90
-        seen = None
-        while seen is None:
-            assert time.monotonic() < deadline, p.status()
-            status = p.status()
-            if (status.get("result_lag") or {}).get("throttled"):
-                seen = status
-            time.sleep(0.05)
+        seen = status_when(p, lambda s: (s.get("result_lag") or {}).get("throttled"), timeout=90)
         lag = seen["result_lag"]
         assert seen["ingest"] == "throttled" and lag["limit_s"] == 0.05 and lag["seconds"] > 0.05 and lag["over"]
         assert "--max-result-lag" in lag["reason"]
@@ -41,12 +32,7 @@ def test_a_lag_past_the_bound_pauses_ingest_until_ranking_catches_up_with_nothin
         want = reference({"file:0": list(enumerate(lines))}, view.result.vector, "edges")
         assert ray.get(p.compute.snapshot.remote()) == want
         # The stream is read whole: the next batch ranks the last epochs and the lag falls under the bound.
-        deadline = time.monotonic() + 30
-        status = p.status()
-        while status["result_lag"]["throttled"]:
-            assert time.monotonic() < deadline, status
-            time.sleep(0.1)
-            status = p.status()
+        status = status_when(p, lambda s: not s["result_lag"]["throttled"], timeout=30, every=0.1)
         assert status["ingest"] in ("running", "finished") and status["result_lag"]["throttled_seconds"] > 0
         assert status["result_lag"]["seconds"] <= 0.05
     finally:
@@ -62,11 +48,7 @@ def test_without_a_bound_the_lag_is_reported_and_never_pauses(ray_cluster, tmp_p
     p = Pipeline(settings).start()
     try:
         p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
-        deadline = time.monotonic() + 10
-        while p.status().get("result_lag") is None:
-            assert time.monotonic() < deadline, p.status()
-            time.sleep(0.1)
-        lag = p.status()["result_lag"]
+        lag = status_when(p, lambda s: s.get("result_lag") is not None, timeout=10, every=0.1)["result_lag"]
         assert lag["limit_s"] is None and not lag["over"] and lag["throttled_seconds"] == 0
     finally:
         p.stop()
