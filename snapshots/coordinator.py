@@ -1,55 +1,28 @@
 """The epoch coordinator: the progress table, the cut, the durable epoch log and the seal.
 
-Ingest actors report "all of partition p below offset h_p is delivered to every
-shard". Every interval the coordinator copies that table into a vector V_e,
-appends (e, V_e) to the epoch log (fsync), tells every shard to apply through
-V_e, and seals the epoch once all of them answered. It then hands the shards'
-delta references, unopened, to the downstream consumer (the compute actor),
-which it knows only as a handle with ``apply_epochs(infos, *deltas)`` and
-``checkpoint(epoch, data_dir)`` methods.
+Ingest actors report "all of partition p below offset h_p is delivered to every shard". Every
+interval the coordinator copies that table into a vector V_e, appends (e, V_e) to the epoch log
+(fsync), tells every shard to apply through V_e, and seals the epoch once all of them answered. It
+hands the shards' delta references, unopened, to the consumer (the compute actor), known only as a
+handle with ``apply_epochs(infos, *deltas)`` and ``checkpoint(epoch, data_dir)``.
 
-Cutting never waits for the consumer. Sealed epochs queue for a hand-off
-thread that gives the consumer everything queued whenever it is free, in one
-call: a consumer slower than the interval ranks the newest sealed epoch and
-skips the ones in between, instead of falling further behind each epoch.
-What is sealed and not yet merged is bounded by the size of its deltas
-(``max_queued_bytes``, ``--compute-queue-limit``), the queue and the batch in
-the consumer's hands together: they wait in Ray's object store, which spills to
-disk what does not fit, so a consumer that falls behind would cost a spill and
-the reading back of it, and batches too large to catch up with. At the bound
-:meth:`status` says the queue is full, and the supervisor pauses ingest as it
-does at the memory budget (backpressure: the source's lag grows, nothing is
-lost) until the consumer is done with its batch. Cuts go on meanwhile, so the
-queue carries what was read before the pause, a poll's worth past the bound at
-most.
-Checkpoints are placed by the hand-off thread: once ``--checkpoint-every``
-epochs have been sealed since the last one, the newest sealed epoch becomes
-the checkpoint when a hand-off starts (the shards have applied nothing after
-it, so they write their parts as of it), the hand-off ends there, and the
-consumer's checkpoint call follows it, so the consumer's state is saved as of
-exactly that epoch; the manifest is committed from the hand-off thread once
-every part is written. (Checkpoints at fixed multiples ended each hand-off in
-the middle of the queue: the epochs after the multiple waited one more
-computation. With a window, where ranking the small graph costs little and a
-batch's cost is nearly all per event, hand-offs of ~10 epochs did not keep up
-and the results fell minutes behind; whole batches settle at the size that
-keeps up. BENCHMARKS.md, the soak.)
-The epoch each hand-off ends at is marked ranked beside the epoch log; a re-cut
-after a crash ends its hand-offs at the same epochs (the API kept their results
-and is served them again), checkpoints the re-cut epochs at the multiples of
-``--checkpoint-every``, and merges the epochs never ranked as any others.
-So ``stop`` does not drain the queue: it lets the hand-off in flight finish (at
-most :data:`STOP_WAIT_S`) and leaves the epochs still queued, sealed and
-logged, to the next launch, where they cost one merged hand-off, not minutes
-of rankings at shutdown.
-A checkpoint writes each stage's whole state, so its cost grows with the graph
-while an epoch's work follows the change: after a checkpoint that stalled a
-stage for ``d`` seconds, new epochs are not checkpointed for ``d * (1 / budget
-- 1)`` (``--checkpoint-budget``; as Flink's minimum pause between checkpoints,
-derived from the measured cost), so no stage spends more than that share of
-its time writing checkpoints; a crash then re-cuts more logged epochs.
-A failure in the consumer fails the pipeline (``status()["failed"]``): nothing
-goes on ranking a graph that missed an epoch.
+- **Cutting never waits for the consumer.** Sealed epochs queue for a hand-off thread that gives the
+  consumer everything queued whenever it is free, in one call: a slow consumer ranks the newest sealed
+  epoch and skips the ones between. What is sealed and not merged (the queue and the batch in the
+  consumer's hands) is bounded by its deltas' bytes (``max_queued_bytes``); at the bound, or once it
+  was reached since the last :meth:`status`, the status says the queue is full and the supervisor
+  pauses ingest (backpressure, not a spill of Ray's object store). The seal time between the newest
+  sealed and the newest ranked epoch is reported the same way against ``max_result_lag``.
+- **Checkpoints** are placed by the hand-off thread: once ``--checkpoint-every`` epochs were sealed
+  since the last, the newest sealed epoch becomes the checkpoint as a hand-off starts, the hand-off
+  ends there, and the consumer's checkpoint follows, so its state is saved as of exactly that epoch.
+  A checkpoint that stalled a stage ``d`` seconds pauses the next for ``d * (1 / budget - 1)``
+  (``--checkpoint-budget``, after Flink's minimum pause).
+- **Recovery.** The epoch each hand-off ends at is marked ranked beside the log; a re-cut after a
+  crash ends its hand-offs at the same epochs and checkpoints re-cut epochs at the multiples. ``stop``
+  lets the hand-off in flight finish and leaves queued epochs, sealed and logged, to the next launch.
+- A failure in the consumer fails the pipeline (``status()["failed"]``): nothing goes on ranking a
+  graph that missed an epoch. BENCHMARKS.md (the soak, windows) has the measurements behind these.
 """
 
 from __future__ import annotations
@@ -176,6 +149,10 @@ class EpochCoordinator:
         self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
         self._max_result_lag = max_result_lag or None
         self._ranked_sealed_at: float | None = None  # when the newest epoch the consumer ranked was sealed
+        # What the bounds reached between two reads of status() (the supervisor's poll, once a second): a
+        # queue that fills and drains, or a lag that opens and closes, within a second still pauses ingest.
+        self._queue_reached = False
+        self._lag_peak = 0.0
         self._failed: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -306,7 +283,10 @@ class EpochCoordinator:
                 with self._queued:
                     self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
                     self._queued_bytes += info.delta_bytes
+                    self._queue_reached |= self._full(len(self._queue), self._queued_bytes + self._handing_bytes)
                     self._queued.notify_all()
+            if self._ranked_sealed_at is not None:
+                self._lag_peak = max(self._lag_peak, epoch.sealed_at - self._ranked_sealed_at)
             return info
 
     def _checkpoint_parts(self, epoch: Epoch) -> tuple:
@@ -457,33 +437,40 @@ class EpochCoordinator:
         :data:`MAX_QUEUED` epochs, where the cut waits): then ingest must pause."""
         with self._queued:
             epochs, queued, handing = len(self._queue), self._queued_bytes, self._handing_bytes
-        limit = self._max_queued_bytes
         return {
-            "epochs": epochs, "bytes": queued, "handing_bytes": handing, "limit_bytes": limit,
-            "full": epochs >= MAX_QUEUED or (limit is not None and queued + handing >= limit),
+            "epochs": epochs, "bytes": queued, "handing_bytes": handing, "limit_bytes": self._max_queued_bytes,
+            "full": self._full(epochs, queued + handing),
         }
+
+    def _full(self, epochs: int, held: int) -> bool:
+        return epochs >= MAX_QUEUED or (self._max_queued_bytes is not None and held >= self._max_queued_bytes)
 
     def result_lag(self) -> dict | None:
         """How far ranking is behind the cuts: the seal time between the newest sealed epoch and the newest
-        ranked one, the bound, and whether the lag is over it (then ingest must pause until ranking catches
-        up). None until this run has ranked an epoch: a start or a relaunch first builds the whole graph."""
+        ranked one, the bound, and whether the lag is over it now or was at a seal since the last
+        :meth:`status` (then ingest must pause until ranking catches up). None until this run has ranked
+        an epoch: a start or a relaunch first builds the whole graph."""
         last, ranked_at = self._last, self._ranked_sealed_at
         if ranked_at is None or last is None or not last.sealed_at:
             return None
         lag = max(last.sealed_at - ranked_at, 0.0)
         limit = self._max_result_lag
-        return {"seconds": round(lag, 3), "limit_s": limit, "over": limit is not None and lag > limit}
+        return {"seconds": round(lag, 3), "limit_s": limit, "over": limit is not None and max(lag, self._lag_peak) > limit}
 
     def status(self) -> dict:
+        """What the supervisor polls; it also starts the next interval over which the bounds' peaks count."""
+        queue = self.queue_status()
+        with self._queued:
+            reached, self._queue_reached = self._queue_reached, False
         last = self._last
-        return {
+        out = {
             "epoch": last.number if last else 0,
             "vector": dict(last.vector) if last else {},
             "progress": dict(self._progress),
             "failed": self._failed,
             "ranked": (self._handed or {}).get("epoch", 0),  # the newest epoch the consumer finished
             "queued": len(self._queue),
-            "compute_queue": self.queue_status(),
+            "compute_queue": {**queue, "full": queue["full"] or reached},
             "result_lag": self.result_lag(),
             "durable": dict(self._durable),
             "replaying": len(self._replay),
@@ -496,3 +483,5 @@ class EpochCoordinator:
                 for e in list(self._recent)[-10:]
             ],
         }
+        self._lag_peak = 0.0
+        return out

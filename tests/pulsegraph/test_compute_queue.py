@@ -2,8 +2,9 @@
 
 Real actors on a real file stream. The bound is one byte, so the queue is full
 whenever a sealed epoch is not merged yet (queued, or in the batch the compute
-stage merges): with epochs cut every 50 ms the status polls find it so within
-the first seconds, and each batch done empties it again. Nothing read is lost: the final graph equals the
+stage merges), and the coordinator reports it full at the next status poll once
+it was so in between: with epochs cut every 50 ms the first polls find ingest
+paused whatever the machine's speed, and each batch done empties it again. Nothing read is lost: the final graph equals the
 reference edge for edge.
 """
 
