@@ -216,6 +216,7 @@ def queue_reason(queue: dict) -> str:
     """Why a full compute queue pauses ingest, for /health and the log."""
     limit = queue.get("limit_bytes")
     held = queue["bytes"] + queue["handing_bytes"]
-    bound = f"--compute-queue-limit ({_size(limit)})" if limit and held >= limit else "64 queued epochs"
+    # Full at a poll that found it drained means the bound was reached in between (the coordinator's peak).
+    bound = f"--compute-queue-limit ({_size(limit)})" if limit and (held >= limit or queue["epochs"] < 64) else "64 queued epochs"
     return (f"the compute stage is behind: {_size(held)} of sealed epochs' deltas are not merged yet ({queue['epochs']} epochs "
             f"queued, the rest in its hands), at {bound}; ingest waits until it is done with its batch")
