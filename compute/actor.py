@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from pathlib import Path
 
 import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
-from pulsegraph.compute.apps.runner import AppConfig
-from pulsegraph.compute.engine import RankConfig
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch
-from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, loads, read_verified
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig
+from pulsegraph.snapshots.checkpoint import loads, read_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 
 log = logging.getLogger(__name__)
@@ -37,28 +34,19 @@ KEEP_RESULTS = 16
 
 @ray.remote
 class ComputeActor:
-    def __init__(self, rank_types: tuple[str, ...] | None = None, settings: dict | None = None,
-                 restore: tuple[str, str] | None = None, log_level: str = "INFO") -> None:
-        """``settings``: the ranking and application fields of the settings (``RANKING_FIELDS`` of the
-        wiring). ``restore``: (path, sha256) of the ids file of a checkpoint."""
+    def __init__(self, *, config: StageConfig | None = None, restore: tuple[str, str] | None = None,
+                 log_level: str = "INFO") -> None:
+        """``restore``: (path, sha256) of the compute part of a checkpoint."""
         configure_logging(log_level)
-        rank = RankConfig.from_settings(settings or {})
-        apps = AppConfig.from_settings(settings or {})
-        reuse_after = (settings or {}).get("id_reuse_after")
-        if restore is None:
-            self._stage = ComputeStage(rank_types, rank, apps, reuse_after=reuse_after)
-        else:
-            saved = loads(read_verified(Path(restore[0]), restore[1]))
-            self._stage = ComputeStage.restored(saved, rank_types, rank, apps, reuse_after)
+        saved = None if restore is None else loads(read_verified(Path(restore[0]), restore[1]))
+        self._stage = ComputeStage.made(config or StageConfig(), saved)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
         self._trimmer = HeapTrimmer()
 
     def apply_epochs(self, infos: list[EpochInfo], *deltas) -> dict:
         """Merge the sealed epochs ``infos`` (oldest first; ``deltas`` are theirs, epoch by epoch,
         ``len(deltas) // len(infos)`` each) and rank the newest."""
-        per = len(deltas) // max(len(infos), 1)
-        epochs = [SealedEpoch(info, list(deltas[i * per:(i + 1) * per])) for i, info in enumerate(infos)]
-        result = self._stage.apply(epochs)
+        result = self._stage.apply(SealedEpoch.split(infos, deltas))
         self._results.append(result)
         self._trimmer.maybe_trim()  # the batch's transient arrays are free now
         return {
@@ -69,11 +57,7 @@ class ComputeActor:
     def checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
         """Write the global ids as of the last epoch merged (``epoch``: the coordinator orders this call
         after that epoch's ``apply_epochs``); returns the file's sha256 and the seconds it took."""
-        if self._stage.epoch != epoch:
-            raise RuntimeError(f"the compute stage is at epoch {self._stage.epoch}, not {epoch}")
-        t0 = time.perf_counter()
-        payload = dumps(self._stage.checkpoint_state())
-        return CheckpointStore(data_dir).write_file(epoch, "compute.ckpt", payload), time.perf_counter() - t0
+        return self._stage.write_checkpoint(epoch, data_dir)
 
     def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges]:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and

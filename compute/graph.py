@@ -33,10 +33,6 @@ from pulsegraph.snapshots.attrs import NULL, AttrTable, encoded
 from pulsegraph.snapshots.delta import EpochDelta, weight_of
 from pulsegraph.snapshots.growable import Column
 
-# The settings field the graph reads (``reuse_after``), as the wiring sends it to the compute actor.
-GRAPH_SETTINGS = ("id_reuse_after",)
-
-
 class _ShardEdges:
     def __init__(self) -> None:
         self.local_to_global = Column(np.int64)

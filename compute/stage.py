@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
 from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.results import EpochResult
+from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
 
@@ -40,6 +42,32 @@ class SealedEpoch:
 
     info: EpochInfo
     deltas: list[EpochDelta] = field(default_factory=list)
+
+    @staticmethod
+    def split(infos: list[EpochInfo], deltas: Sequence[EpochDelta]) -> list[SealedEpoch]:
+        """Sealed epochs ``infos`` (oldest first), each with its share of ``deltas``: the coordinator hands
+        every shard's delta of each epoch in turn, ``len(deltas) // len(infos)`` per epoch."""
+        per = len(deltas) // max(len(infos), 1)
+        return [SealedEpoch(info, list(deltas[i * per:(i + 1) * per])) for i, info in enumerate(infos)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageConfig:
+    """What a compute stage is made with: the edge types ranked (None: all), the ranking, the
+    applications, and how long a vertex id rests before it is given to another name (None: never)."""
+
+    rank_types: tuple[str, ...] | None = None
+    rank: RankConfig = field(default_factory=RankConfig)
+    apps: AppConfig = field(default_factory=AppConfig)
+    reuse_after: float | None = None
+
+    @classmethod
+    def from_settings(cls, settings, rank_types: tuple[str, ...] | None = None) -> StageConfig:
+        """From the settings' fields (the wiring's ``Settings``), duck-typed as :meth:`RankConfig.from_settings`."""
+        return cls(
+            rank_types=rank_types, rank=RankConfig.from_settings(settings), apps=AppConfig.from_settings(settings),
+            reuse_after=getattr(settings, "id_reuse_after", None),
+        )
 
 
 class ComputeStage:
@@ -117,10 +145,25 @@ class ComputeStage:
         """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""
         return {**self.graph.ids_state(), "epoch": self.epoch, "apps": self.apps.state_dict()}
 
+    def write_checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
+        """:meth:`checkpoint_state` as epoch ``epoch``'s compute part (the last epoch merged: the coordinator
+        orders this call after that epoch's :meth:`apply`); returns its sha256 and the seconds it took."""
+        return CheckpointStore(data_dir).write_part(
+            epoch, "compute.ckpt", self.epoch, lambda: dumps(self.checkpoint_state()), "the compute stage",
+        )
+
     @classmethod
     def restored(
         cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None,
         reuse_after: float | None = None,
     ) -> "ComputeStage":
         return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"))
+
+    @classmethod
+    def made(cls, config: StageConfig, saved: dict | None = None) -> "ComputeStage":
+        """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`)."""
+        c = config
+        if saved is None:
+            return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after)
+        return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after)
 

@@ -57,41 +57,49 @@ class Round:
     refs: list = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    """What one ingest actor reads, and how.
+
+    ``partitions``: the source partitions it owns, read from ``starts`` (offsets; absent: 0).
+    ``transform``: the name of the transform that makes records into transactions.
+    ``dead_letter_path``: the file sink's path (a Kafka source writes its letters to a topic instead).
+    ``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times).
+    ``registry``: records are schema-registry framed (--format), decoded before the transform."""
+
+    actor_id: int
+    spec: SourceSpec
+    partitions: list[str]
+    starts: dict[str, int] = field(default_factory=dict)
+    transform: str = "edges"
+    dead_letter_path: str
+    batch_size: int = 2000
+    event_time: bool = False
+    registry: RegistrySpec | None = None
+
+
 @ray.remote
 class IngestActor:
-    def __init__(
-        self,
-        actor_id: int,
-        spec: SourceSpec,
-        partitions: list[str],
-        starts: dict[str, int],
-        transform: str,
-        shards: list,
-        coordinator,
-        dead_letter_path: str,
-        batch_size: int = 2000,
-        event_time: bool = False,
-        log_level: str = "INFO",
-        registry: RegistrySpec | None = None,
-    ) -> None:
-        """``event_time``: a window is on, so every transaction needs a time (see Router.stamp_times).
-        ``registry``: records are schema-registry framed (--format), decoded before the transform."""
+    def __init__(self, *, config: IngestConfig, shards: list, coordinator, log_level: str = "INFO") -> None:
+        """``shards``: the shard actors, in shard order; ``coordinator``: the epoch coordinator actor."""
         configure_logging(log_level)
-        self.actor_id = actor_id
-        self._parts = open_partitions(spec, partitions, starts)
-        self._transform = get_transform(transform)
+        c, spec = config, config.spec
+        self.actor_id = c.actor_id
+        self._parts = open_partitions(spec, c.partitions, c.starts)
+        self._transform = get_transform(c.transform)
         self._shards = shards
         self._coordinator = coordinator
         self._stop = threading.Event()
         self._sink: KafkaDeadLetterSink | FileDeadLetterSink
         # Opened where the partitions resume, so the letters of replayed records are not written again.
-        resume_at = {p: starts.get(p, 0) for p in partitions}
+        resume_at = {p: c.starts.get(p, 0) for p in c.partitions}
         if spec.kind == "kafka":
             self._sink = KafkaDeadLetterSink(str(spec.bootstrap), str(spec.topic), self._stop, resume_at, spec.kafka_config)
         else:
-            self._sink = FileDeadLetterSink(dead_letter_path, resume_at)
-        self._batch_size = batch_size
-        self._event_time = event_time
+            self._sink = FileDeadLetterSink(c.dead_letter_path, resume_at)
+        self._batch_size = c.batch_size
+        self._event_time = c.event_time
+        registry = c.registry
         self._decoder = RegistryDecoder(registry, str(spec.topic)) if registry is not None and registry.fmt != "json" else None
         self._registry_error: str | None = None  # why reading waits for the schema registry
         self._router = Router(len(shards))

@@ -26,12 +26,10 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.feed import ResultFeed
 from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.compute.apps.runner import APP_SETTINGS
-from pulsegraph.compute.engine import RANK_SETTINGS
-from pulsegraph.compute.graph import GRAPH_SETTINGS
+from pulsegraph.compute.stage import StageConfig
 from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
-from pulsegraph.ingest.actor import IngestActor
+from pulsegraph.ingest.actor import IngestActor, IngestConfig
 from pulsegraph.ingest.sources import SourceSpec
 from pulsegraph.ingest.sources.kafka import partition_number
 from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
@@ -40,7 +38,8 @@ from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.results_topic import ResultPublisher
 from pulsegraph.settings import Settings, drop_secrets_from_environment
-from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.coordinator import CoordinatorConfig
+from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
 from pulsegraph.snapshots.recovery import RecoveryPlan, plan_recovery
 from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.supervisor import OBJECT_STORE_BYTES, STATUS_TIMEOUT_S, Supervisor
@@ -50,9 +49,6 @@ log = logging.getLogger(__name__)
 # The embedded Ray instance advertises at least this many CPUs: actors hold
 # none while they run, but each needs one to be scheduled.
 MIN_LOCAL_CPUS = 4
-# The settings the compute actor reads (never the whole Settings: no token travels to an actor),
-# as the compute stage's configs name them.
-RANKING_FIELDS = {*RANK_SETTINGS.values(), *APP_SETTINGS, *GRAPH_SETTINGS}
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 
@@ -277,33 +273,41 @@ class Pipeline:
         log.info("launching %d shards and %d ingest actors on %d Ray node(s)", n_shards, n_ingest, nodes)
         if s.source == "synthetic":
             self.events_log.touch()
-        ranking = s.model_dump(include=RANKING_FIELDS)
         restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
+        # Actors get typed configs made here, never the Settings: no token or password travels to an actor.
         # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
         self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(  # type: ignore[attr-defined]
-            s.ranked_types, ranking, restore_ids, s.log_level
+            config=StageConfig.from_settings(s, s.ranked_types), restore=restore_ids, log_level=s.log_level,
         )
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
         # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
-                i, None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]), s.window
+                shard=i, window=s.window,
+                restore=None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]),
             )
             for i in range(n_shards)
         ]
         starts = resume.vector if resume else {}
+        cuts = CoordinatorConfig(
+            log_path=str(s.data_dir / "epochs.log"), interval_s=s.epoch_interval, data_dir=str(s.data_dir),
+            checkpoint_every=s.checkpoint_every, window=s.window, log_keep=s.epoch_log_keep,
+            checkpoint_budget=s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None,
+            max_result_lag=s.max_result_lag,
+        )
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
-            self.shards, self.compute, str(s.data_dir / "epochs.log"), s.epoch_interval,
-            str(s.data_dir), s.checkpoint_every, resume, s.window, s.log_level, s.epoch_log_keep,
-            s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None, max_result_lag=s.max_result_lag,
+            shards=self.shards, consumer=self.compute, config=cuts, resume=resume, log_level=s.log_level,
         )
         owners = spread(spec.partition_names(), n_ingest)
         self.ingest = [
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
-                i, spec, parts, {p: starts.get(p, 0) for p in parts}, s.transform_name, self.shards,
-                self.coordinator, str(s.data_dir / "dead-letter.jsonl"), s.batch_size, s.window is not None, s.log_level,
-                self.registry,
+                config=IngestConfig(
+                    actor_id=i, spec=spec, partitions=parts, starts={p: starts.get(p, 0) for p in parts},
+                    transform=s.transform_name, dead_letter_path=str(s.data_dir / "dead-letter.jsonl"),
+                    batch_size=s.batch_size, event_time=s.window is not None, registry=self.registry,
+                ),
+                shards=self.shards, coordinator=self.coordinator, log_level=s.log_level,
             )
             for i, parts in enumerate(owners)
             if parts

@@ -24,7 +24,8 @@ import os
 import pickle
 import shutil
 import struct
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +171,17 @@ class CheckpointStore:
 
     def write_shard(self, epoch: int, shard: int, payload: bytes | Sequence) -> str:
         return self.write_file(epoch, f"shard-{shard}.ckpt", payload)
+
+    def write_part(
+        self, epoch: int, name: str, at: int, payload: Callable[[], bytes | Sequence], owner: str,
+    ) -> tuple[str, float]:
+        """A stage's part of epoch ``epoch``'s checkpoint, written by the stage itself (``at``: the epoch it
+        is at, which must be ``epoch``); returns the sha256 and the seconds the write stalled the stage
+        (the coordinator's checkpoint budget reads them)."""
+        if at != epoch:
+            raise CheckpointError(f"{owner} is at epoch {at}, not {epoch}")
+        t0 = time.perf_counter()
+        return self.write_file(epoch, name, payload()), time.perf_counter() - t0
 
     def commit(
         self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None,

@@ -1,10 +1,10 @@
-"""The epoch coordinator: the progress table, the cut, the durable epoch log and the seal.
+"""The epoch coordinator's logic: the progress table, the cut, the durable epoch log and the seal.
 
 Ingest actors report "all of partition p below offset h_p is delivered to every shard". Every
 interval the coordinator copies that table into a vector V_e, appends (e, V_e) to the epoch log
-(fsync), tells every shard to apply through V_e, and seals the epoch once all of them answered. It
-hands the shards' delta references, unopened, to the consumer (the compute actor), known only as a
-handle with ``apply_epochs(infos, *deltas)`` and ``checkpoint(epoch, data_dir)``.
+(fsync), tells every shard to apply through V_e, seals the epoch once all of them answered, and hands
+their deltas, unopened, to the consumer (the compute stage). It reaches both only through :class:`Stages`:
+the actor (:mod:`~pulsegraph.snapshots.coordinator_actor`) passes Ray handles, unit tests in-process stages.
 
 - **Cutting never waits for the consumer.** Sealed epochs queue for a hand-off thread that gives the
   consumer everything queued whenever it is free, in one call: a slow consumer ranks the newest sealed
@@ -32,16 +32,18 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
-import ray
 
 from pulsegraph.base.arrays import unique
-from pulsegraph.base.runtime import configure_logging
 from pulsegraph.snapshots.checkpoint import CheckpointStore
 from pulsegraph.snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from pulsegraph.snapshots.exceptions import EpochOrderError
 from pulsegraph.snapshots.recovery import RecoveryPlan
+from pulsegraph.snapshots.store import ShardSummary
 
 log = logging.getLogger(__name__)
 
@@ -59,54 +61,67 @@ CHECKPOINT_PAUSE_FROM_S = 0.25
 STOP_WAIT_S = 30.0
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    if len(values) == 0:
-        return [0.0 for _ in qs]
-    order = np.argsort(values)
-    v, w = values[order], weights[order]
-    cum = np.cumsum(w) / w.sum()
-    return [float(v[min(int(np.searchsorted(cum, q)), len(v) - 1)]) for q in qs]
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorConfig:
+    """How the coordinator cuts, checkpoints and bounds what waits for the consumer.
+
+    ``interval_s``: seconds between cuts (None: only :meth:`Coordinator.cut` called by hand cuts).
+    ``checkpoint_every``: a checkpoint once this many epochs were sealed since the last (0: none; needs
+    ``data_dir``). ``window``: the sliding window in seconds (None: the graph keeps everything).
+    ``log_keep``: the newest epochs the log keeps even once a checkpoint covers them (it is compacted
+    after each checkpoint). ``checkpoint_budget``: the share of its time a stage may spend writing
+    checkpoints (1: no pause); checkpoints quicker than ``checkpoint_pause_from_s`` never pause.
+    ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
+    hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
+    ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest sealed
+    one before :meth:`Coordinator.status` says the lag is over its bound (None: no bound, only reported)."""
+
+    log_path: str
+    interval_s: float | None = None
+    data_dir: str | None = None
+    checkpoint_every: int = 0
+    window: float | None = None
+    log_keep: int = 0
+    checkpoint_budget: float = 1.0
+    checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S
+    max_queued_bytes: int | None = None
+    max_result_lag: float | None = None
 
 
-@ray.remote
-class EpochCoordinator:
-    def __init__(
-        self,
-        shards: list,
-        consumer,
-        log_path: str,
-        interval_s: float | None,
-        data_dir: str | None = None,
-        checkpoint_every: int = 0,
-        resume: RecoveryPlan | None = None,
-        window: float | None = None,
-        log_level: str = "INFO",
-        log_keep: int = 0,
-        checkpoint_budget: float = 1.0,
-        checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S,
-        max_queued_bytes: int | None = None,
-        max_result_lag: float | None = None,
-    ) -> None:
+# A call made: calling it waits for its answer (a Ray future's ray.get, or a value computed already).
+Pending = Callable[[], Any]
+
+
+class Stages(Protocol):
+    """The shards and the consumer, as the coordinator calls them (each shard applies after every batch
+    delivered to it before the call; the consumer gets sealed epochs in order, several where it was busy)."""
+
+    @property
+    def has_consumer(self) -> bool: ...
+
+    def apply(self, epoch: int, vector: dict[str, int], watermark: float | None) -> tuple[list[ShardSummary], list]:
+        """Every shard applies through ``vector``; their summaries, and their deltas as the consumer takes them."""
+
+    def checkpoint_shards(self, epoch: int, data_dir: str) -> Pending:
+        """Every shard starts writing its part as of ``epoch``; waiting gives each one's (sha256, seconds stalled)."""
+
+    def consume(self, infos: list[EpochInfo], deltas: Sequence) -> dict:
+        """The consumer merges ``infos`` (``deltas``: theirs, epoch by epoch), ranks the newest, and answers."""
+
+    def checkpoint_consumer(self, epoch: int, data_dir: str) -> Pending:
+        """The consumer starts writing its part as of ``epoch``, the last it merged; waiting gives (sha256, seconds)."""
+
+
+class Coordinator:
+    def __init__(self, stages: Stages, config: CoordinatorConfig, resume: RecoveryPlan | None = None) -> None:
         """``resume``: the plan of the checkpoint the shards were restored from; its ``replay`` lists the
         epoch-log entries after it, which are cut again with exactly their logged numbers, vectors and
-        watermarks, so history after a crash is the history before it. ``log_keep``: the newest epochs
-        the log keeps even once a checkpoint covers them (it is compacted after each checkpoint).
-        ``checkpoint_budget``: the share of its time a stage may spend writing checkpoints (1: no pause).
-        ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
-        hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
-        ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest
-        sealed one before :meth:`status` says the lag is over its bound (None: no bound, only reported)."""
-        configure_logging(log_level)
-        self._shards = shards
-        self._consumer = consumer
-        self._log = EpochLog(log_path)
-        self._interval = interval_s
-        self._data_dir = data_dir
-        self._checkpoints = CheckpointStore(data_dir) if data_dir and checkpoint_every else None
-        self._checkpoint_every = checkpoint_every
-        self._log_keep = log_keep
-        self._checkpoint_budget = checkpoint_budget
-        self._pause_from_s = checkpoint_pause_from_s
+        watermarks, so history after a crash is the history before it."""
+        self._stages = stages
+        self.config = config
+        self._log = EpochLog(config.log_path)
+        self._data_dir = config.data_dir
+        self._checkpoints = CheckpointStore(config.data_dir) if config.data_dir and config.checkpoint_every else None
         self._checkpoint_s = 0.0  # the longest stall of one stage in the last checkpoint
         self._checkpoint_done = -math.inf  # time.monotonic() when it was committed
         self._checkpoints_paused = 0  # hand-offs that found a checkpoint due and passed it over for the pause
@@ -125,7 +140,7 @@ class EpochCoordinator:
         # The window (seconds, or None) and the watermark: the largest event time among the transactions
         # delivered so far. Progress is reported in offset order, so when the table is copied into V_e
         # this maximum is exactly W_e, the largest event time below V_e; it is logged with the epoch.
-        self._window = window
+        self._window = config.window
         self._watermark: float | None = None
         self._late = 0  # transactions that arrived with their time already outside the window
         self._ranked_before: frozenset[int] = resume.ranked if resume else frozenset()
@@ -141,13 +156,13 @@ class EpochCoordinator:
         # Sealed epochs for the consumer: (info, delta refs, checkpoint or None, re-cut from the log), oldest first.
         self._queue: collections.deque = collections.deque()
         self._queued = threading.Condition()
-        self._max_queued_bytes = max_queued_bytes or None
+        self._max_queued_bytes = config.max_queued_bytes or None
         self._queued_bytes = 0  # the deltas of the epochs in _queue
         self._handing_bytes = 0  # ... and of the batch handed over, until the consumer is done with it
         self._busy = False  # the hand-off thread has taken a batch (placing its checkpoint, or in a consumer call)
         self._handed: dict | None = None  # what the consumer answered last
         self._handed_through = 0  # the newest epoch whose hand-off (and checkpoint) is done
-        self._max_result_lag = max_result_lag or None
+        self._max_result_lag = config.max_result_lag or None
         self._ranked_sealed_at: float | None = None  # when the newest epoch the consumer ranked was sealed
         # What the bounds reached between two reads of status() (the supervisor's poll, once a second): a
         # queue that fills and drains, or a lag that opens and closes, within a second still pauses ingest.
@@ -160,7 +175,7 @@ class EpochCoordinator:
         self._handoff.start()
 
     def start(self) -> None:
-        if self._interval and self._thread is None:
+        if self.config.interval_s and self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="epoch-cutter", daemon=True)
             self._thread.start()
 
@@ -198,7 +213,7 @@ class EpochCoordinator:
             return self._durable
 
     def _loop(self) -> None:
-        wait = self._interval
+        wait = self.config.interval_s
         while not self._stop.wait(wait):
             try:
                 info = self.cut()
@@ -207,7 +222,7 @@ class EpochCoordinator:
                 return
             # Logged epochs are re-cut back to back, as fast as the sources deliver them again: a recovery
             # catches up at their pace, not one epoch per interval (and what queues meanwhile is merged).
-            wait = 0.0 if info is not None and self._replay else self._interval
+            wait = 0.0 if info is not None and self._replay else self.config.interval_s
 
     def cut(self) -> EpochInfo | None:
         """Cut, log, apply and seal one epoch now. Returns its info, or None when nothing new was delivered."""
@@ -246,8 +261,7 @@ class EpochCoordinator:
                 if not replaying:
                     self._log.append(epoch)
                 epoch.advance(EpochStatus.CUT)
-                pairs = [s.apply.remote(epoch.number, vector, epoch.watermark) for s in self._shards]
-                summaries = ray.get([summary for summary, _ in pairs])
+                summaries, deltas = self._stages.apply(epoch.number, vector, epoch.watermark)
                 epoch.sealed_at = now()
                 epoch.advance(EpochStatus.SEALED)
             except Exception as exc:
@@ -255,13 +269,7 @@ class EpochCoordinator:
                 self._failed = epoch.error
                 self._recent.append(epoch)
                 raise
-            if pending:
-                read_at, n = (np.array(x, dtype=np.float64) for x in zip(*pending))
-                p50, p99 = weighted_percentiles((epoch.sealed_at - read_at) * 1000.0, n, (0.5, 0.99))
-                late = float((epoch.sealed_at - read_at.min()) * 1000.0)
-                epoch.timeliness_ms = {"p50": p50, "p99": p99, "max": late}
-            else:
-                epoch.timeliness_ms = {"p50": 0.0, "p99": 0.0, "max": 0.0}
+            epoch.measure_timeliness(pending)
             self._last = epoch
             self._recent.append(epoch)
             self._republish = False
@@ -276,12 +284,12 @@ class EpochCoordinator:
             # new to read, the newest checkpoint catches up with the log. New epochs are made checkpoints
             # by the hand-off thread (see the module docstring).
             recut_checkpoint = (
-                self._checkpoints is not None and replaying and valid is not None and epoch.number % self._checkpoint_every == 0
+                self._checkpoints is not None and replaying and valid is not None and epoch.number % self.config.checkpoint_every == 0
             )
             checkpoint = self._checkpoint_parts(epoch) if recut_checkpoint else None
-            if self._consumer is not None or self._checkpoints is not None:
+            if self._stages.has_consumer or self._checkpoints is not None:
                 with self._queued:
-                    self._queue.append((info, [d for _, d in pairs], checkpoint, replaying))
+                    self._queue.append((info, deltas, checkpoint, replaying))
                     self._queued_bytes += info.delta_bytes
                     self._queue_reached |= self._full(len(self._queue), self._queued_bytes + self._handing_bytes)
                     self._queued.notify_all()
@@ -294,13 +302,14 @@ class EpochCoordinator:
         lock, so none applies a later one first); the consumer's part and the manifest follow on the
         hand-off thread."""
         self._checkpointed = epoch.number
-        return epoch, epoch.valid, [s.checkpoint.remote(epoch.number, self._data_dir) for s in self._shards], self._late
+        assert self._data_dir is not None  # checkpoints are configured only with a data folder
+        return epoch, epoch.valid, self._stages.checkpoint_shards(epoch.number, self._data_dir), self._late
 
     def _checkpoint_newest(self) -> None:
         """Make the newest sealed epoch a checkpoint if one is due and it is still queued: the hand-off about to
         start then ends at it. The budget's pause passes a due checkpoint over (and counts it)."""
         def due(last: Epoch | None) -> bool:
-            return last is not None and last.valid is not None and last.number - self._checkpointed >= self._checkpoint_every
+            return last is not None and last.valid is not None and last.number - self._checkpointed >= self.config.checkpoint_every
 
         if self._checkpoints is None or self._replay or not due(self._last):
             return  # re-cut epochs are checkpointed as they are cut; none is due (seen without waiting for a cut)
@@ -322,9 +331,9 @@ class EpochCoordinator:
         """Is a new epoch too soon after the last checkpoint for the budget? (Re-cut epochs are never asked:
         after a crash with nothing new to read, the newest checkpoint must catch up with the log.)"""
         d = self._checkpoint_s
-        if d < self._pause_from_s or self._checkpoint_budget >= 1.0:
+        if d < self.config.checkpoint_pause_from_s or self.config.checkpoint_budget >= 1.0:
             return False
-        if time.monotonic() - self._checkpoint_done >= d * (1.0 / self._checkpoint_budget - 1.0):
+        if time.monotonic() - self._checkpoint_done >= d * (1.0 / self.config.checkpoint_budget - 1.0):
             return False
         self._checkpoints_paused += 1
         return True
@@ -383,26 +392,26 @@ class EpochCoordinator:
 
     def _hand_off(self, batch: list) -> None:
         infos = [info for info, _, _, _ in batch]
-        if self._consumer is not None:
-            refs = [d for _, deltas, _, _ in batch for d in deltas]
-            self._handed = ray.get(self._consumer.apply_epochs.remote(infos, *refs))
+        if self._stages.has_consumer:
+            self._handed = self._stages.consume(infos, [d for _, deltas, _, _ in batch for d in deltas])
             self._ranked_sealed_at = infos[-1].sealed_at
             self._log.mark_ranked(infos[-1].epoch)
         checkpoint = batch[-1][2]
         if checkpoint is not None:
-            epoch, valid, shard_refs, late = checkpoint
+            epoch, valid, shards_written, late = checkpoint
             try:
-                self._checkpoint(epoch, valid, shard_refs, late)
+                self._checkpoint(epoch, valid, shards_written, late)
             except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
                 log.exception("checkpoint of epoch %d failed", epoch.number)
 
-    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shard_refs: list, late: int = 0) -> None:
+    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int = 0) -> None:
         """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
         files written at the cut, then the manifest: the epoch is DURABLE."""
-        assert self._checkpoints is not None  # only called where checkpoints are configured
-        compute = self._consumer.checkpoint.remote(epoch.number, self._data_dir) if self._consumer is not None else None
-        written = ray.get(shard_refs)  # (sha256, seconds the write stalled the shard) each
-        compute_digest, compute_s = ray.get(compute) if compute is not None else (None, 0.0)
+        assert self._checkpoints is not None and self._data_dir is not None  # only where checkpoints are configured
+        stages = self._stages
+        compute = stages.checkpoint_consumer(epoch.number, self._data_dir) if stages.has_consumer else None
+        written = shards_written()  # (sha256, seconds the write stalled the shard) each
+        compute_digest, compute_s = compute() if compute is not None else (None, 0.0)
         self._checkpoints.commit(
             epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, compute_digest, late,
         )
@@ -415,7 +424,7 @@ class EpochCoordinator:
         if oldest is not None:
             # Recovery re-cuts from a checkpoint kept on disk, the oldest one at worst (and reads that
             # epoch's watermark from its entry): what lies before it is history no launch reads.
-            dropped = self._log.compact(oldest, self._log_keep)
+            dropped = self._log.compact(oldest, self.config.log_keep)
             if dropped:
                 log.info("epoch log compacted: %d entries before epoch %d dropped, %d kept", dropped, oldest, len(self._log))
 

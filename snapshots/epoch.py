@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import numpy as np
+
+from pulsegraph.base.arrays import weighted_percentiles
 from pulsegraph.base.durable import (
     fsync_dir,
     lock_exclusively,
@@ -70,6 +73,16 @@ class Epoch:
     def fail(self, error: str) -> None:
         self.status = EpochStatus.FAILED
         self.error = error
+
+    def measure_timeliness(self, reads: list[tuple[float, int]]) -> None:
+        """``timeliness_ms`` of a sealed epoch: read to seal, p50, p99 and max over its records, from the
+        ``(read_at, records)`` of each round reported since the last cut."""
+        if not reads:
+            self.timeliness_ms = {"p50": 0.0, "p99": 0.0, "max": 0.0}
+            return
+        read_at, n = (np.array(x, dtype=np.float64) for x in zip(*reads))
+        p50, p99 = weighted_percentiles((self.sealed_at - read_at) * 1000.0, n, (0.5, 0.99))
+        self.timeliness_ms = {"p50": p50, "p99": p99, "max": float((self.sealed_at - read_at.min()) * 1000.0)}
 
     def follows(self, previous: "Epoch | None") -> None:
         """Refuse an epoch whose number or vector does not grow past ``previous``."""

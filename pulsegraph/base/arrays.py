@@ -1,4 +1,4 @@
-"""NumPy helpers that every stage's hot paths share (here because ingest is the package the others import).
+"""NumPy helpers that every stage's hot paths share.
 
 :func:`unique` is ``np.unique`` for the 1-D integer arrays of ids, slots and
 offsets the stages pass around. NumPy 2.3 and later answer a plain
@@ -55,3 +55,13 @@ def add_at(target: np.ndarray, idx: np.ndarray, step) -> None:
     else:
         sums = np.rint(np.bincount(idx, weights=step, minlength=len(target)))
     target += sums.astype(target.dtype)
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """The ``qs`` quantiles of ``values``, each counted ``weights`` times (the lowest value at or past each)."""
+    if len(values) == 0:
+        return [0.0 for _ in qs]
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w) / w.sum()
+    return [float(v[min(int(np.searchsorted(cum, q)), len(v) - 1)]) for q in qs]

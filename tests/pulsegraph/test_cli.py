@@ -30,18 +30,22 @@ def test_every_setting_is_a_flag_that_names_its_variable():
 
 
 def test_the_compute_actor_gets_every_ranking_and_application_setting_by_its_name():
-    """The compute configs name their settings once (RANK_SETTINGS, APP_SETTINGS); the wiring sends
-    exactly those fields, and each one set reaches the config."""
-    from pulsegraph.compute.apps.runner import AppConfig
-    from pulsegraph.compute.engine import RankConfig
-    from pulsegraph.topology import RANKING_FIELDS
+    """The compute configs name their settings once (RANK_SETTINGS, APP_SETTINGS); each is a setting,
+    and each one set reaches the typed config the wiring sends the compute actor."""
+    from pulsegraph.compute.apps.runner import APP_SETTINGS
+    from pulsegraph.compute.engine import RANK_SETTINGS
+    from pulsegraph.compute.stage import StageConfig
 
-    assert RANKING_FIELDS <= set(Settings.model_fields)
-    s = Settings(pagerank_tol=1e-9, pagerank_max_iter=77, tunkrank_p=0.3, landmarks=5, landmark_drift=0.5, topics_budget=0.2)
-    sent = {k: getattr(s, k) for k in RANKING_FIELDS}
-    rank, apps = RankConfig.from_settings(sent), AppConfig.from_settings(sent)
+    assert {*RANK_SETTINGS.values(), *APP_SETTINGS} <= set(Settings.model_fields)
+    s = Settings(
+        pagerank_tol=1e-9, pagerank_max_iter=77, tunkrank_p=0.3, landmarks=5, landmark_drift=0.5, topics_budget=0.2,
+        id_reuse_after="30s", rank_types="mentions",
+    )
+    config = StageConfig.from_settings(s, s.ranked_types)
+    rank, apps = config.rank, config.apps
     assert (rank.tol, rank.max_iter, rank.tunkrank_p) == (1e-9, 77, 0.3)
     assert (apps.landmarks, apps.landmark_drift, apps.topics_budget) == (5, 0.5, 0.2)
+    assert (config.reuse_after, config.rank_types) == (30.0, ("mentions",))
 
 
 def test_invalid_settings_exit_2_with_a_message(capsys):

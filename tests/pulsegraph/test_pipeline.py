@@ -18,10 +18,12 @@ import orjson
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.ingest.actor import IngestActor
+from pulsegraph.compute.stage import StageConfig
+from pulsegraph.ingest.actor import IngestActor, IngestConfig
 from pulsegraph.ingest.sources import SourceSpec
 from pulsegraph.settings import Settings
-from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.coordinator import CoordinatorConfig
+from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
 from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.topology import Pipeline
 from tests.graphref import live_digraph, reference
@@ -116,11 +118,14 @@ def test_a_tweet_is_never_half_visible_in_a_sealed_epoch(ray_cluster, tmp_path):
     lines = tweet_lines(1500)
     path = tmp_path / "tweets.jsonl"
     records = {"file:0": write(path, lines)}
-    shards = [ShardActor.remote(i) for i in range(3)]
-    compute = ComputeActor.remote(("mentions",))
-    coord = EpochCoordinator.remote(shards, compute, str(tmp_path / "epochs.log"), None)
+    shards = [ShardActor.remote(shard=i) for i in range(3)]
+    compute = ComputeActor.remote(config=StageConfig(rank_types=("mentions",)))
+    coord = EpochCoordinator.remote(shards=shards, consumer=compute, config=CoordinatorConfig(log_path=str(tmp_path / "epochs.log")))
     spec = SourceSpec(kind="file", path=str(path), rate=3000.0)
-    ingest = IngestActor.remote(0, spec, ["file:0"], {}, "tweets", shards, coord, str(tmp_path / "dl.jsonl"), 37)
+    config = IngestConfig(
+        actor_id=0, spec=spec, partitions=["file:0"], transform="tweets", dead_letter_path=str(tmp_path / "dl.jsonl"), batch_size=37,
+    )
+    ingest = IngestActor.remote(config=config, shards=shards, coordinator=coord)
     ray.get(ingest.start.remote())
     rng = random.Random(9)
     seen = []
@@ -229,10 +234,13 @@ def test_a_paced_stream_is_read_in_rounds_of_at_least_50_ms_not_record_by_record
     for the next round to gather what arrives (pulsegraph.ingest.actor.ROUND_MIN_S) instead of calling per record."""
     lines = edge_lines(400, seed=3)
     write(tmp_path / "events.jsonl", lines)
-    shards = [ShardActor.remote(i) for i in range(2)]
-    coord = EpochCoordinator.remote(shards, None, str(tmp_path / "epochs.log"), None)
+    shards = [ShardActor.remote(shard=i) for i in range(2)]
+    coord = EpochCoordinator.remote(shards=shards, consumer=None, config=CoordinatorConfig(log_path=str(tmp_path / "epochs.log")))
     spec = SourceSpec(kind="file", path=str(tmp_path / "events.jsonl"), rate=200.0)
-    ingest = IngestActor.remote(0, spec, ["file:0"], {}, "edges", shards, coord, str(tmp_path / "dl.jsonl"), 1000)
+    config = IngestConfig(
+        actor_id=0, spec=spec, partitions=["file:0"], transform="edges", dead_letter_path=str(tmp_path / "dl.jsonl"), batch_size=1000,
+    )
+    ingest = IngestActor.remote(config=config, shards=shards, coordinator=coord)
     ray.get(ingest.start.remote())
     try:
         time.sleep(1.5)

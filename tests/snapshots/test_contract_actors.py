@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.snapshots.coordinator import EpochCoordinator
+from pulsegraph.snapshots.coordinator import CoordinatorConfig
+from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
 from pulsegraph.snapshots.epoch import EpochLog
 from pulsegraph.snapshots.shard import ShardActor
 from tests.graphref import merge, reference
@@ -24,9 +25,9 @@ from tests.snapshots.streams import route, schedules, streams
 
 class ActorHarness:
     def __init__(self, n_shards: int, log_path: str) -> None:
-        self.shards = [ShardActor.remote(i) for i in range(n_shards)]
-        self.compute = ComputeActor.remote(None)
-        self.coordinator = EpochCoordinator.remote(self.shards, self.compute, log_path, None)
+        self.shards = [ShardActor.remote(shard=i) for i in range(n_shards)]
+        self.compute = ComputeActor.remote()
+        self.coordinator = EpochCoordinator.remote(shards=self.shards, consumer=self.compute, config=CoordinatorConfig(log_path=log_path))
         self.n = n_shards
 
     def send(self, partition, records) -> None:
