@@ -19,6 +19,9 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 * ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
   (traced), 60 batches of 50 k names put, a lookup of 51 k names.
 * ``compaction``: :meth:`pulsegraph.compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
+* ``overlays``: the ranking's :class:`pulsegraph.compute.resident.ResidentGraph` and the applications'
+  :class:`pulsegraph.compute.apps.rowtable.RowTable` over the same 10 M pairs, each doing both one's and the other's
+  work per epoch (merge, a solve's sweeps, a frontier's live neighbours): why there are two.
 * ``shard-store``: a shard's :class:`pulsegraph.snapshots.store.ShardStore` taking the growing stream's rounds and
   cutting an epoch every 48 k events (40 epochs, one shard): receive and apply time per epoch.
 * ``shard-names``: a shard's :class:`pulsegraph.snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
@@ -222,7 +225,84 @@ def compaction(mod) -> str:
     return f"{g.nnz:,} pairs after, overlay {k:,}: compaction {time.perf_counter() - t0:.2f} s"
 
 
+def overlays(mod) -> str:
+    """The one question behind two overlay types: what each would cost doing the other's work. The same
+    10 M weighted pairs (skewed rows) held as the ranking's :class:`ResidentGraph` and as a
+    :class:`RowTable` with a weight column; 10 epochs of 50 k changes (half removals, half new pairs).
+    Timed per epoch: the merge; what a solve's sweeps read (``A^T v``; a table must first mask its dead
+    entries and make its overlay a matrix, once an epoch); a 20 k-row frontier's live neighbours (the
+    resident graph keeps weight differences, so it must sum a row's base and overlay and drop zeros)."""
+    import scipy.sparse as sp
+
+    from pulsegraph.compute.apps.rowtable import RowTable
+
+    rng = np.random.default_rng(3)
+    n, m, c, sweeps = 3_000_000, 10_000_000, 50_000, 20
+    keys = np.unique((((rng.pareto(1.2, m) * 1000).astype(np.int64) % n) << 32) | rng.integers(0, n, m))
+    rows, cols = keys >> 32, keys & 0xFFFFFFFF
+    w = rng.integers(1, 5, len(keys)).astype(np.float64)
+    g = mod.ResidentGraph.from_edges(n, rows, cols, w)
+    t = RowTable.from_entries(n, rows, cols, {"weight": w}, compact_fraction=0.25)
+    ms = {k: [0.0, 0.0] for k in ("merge", f"{sweeps} sweeps", "frontier")}  # [resident graph, row table]
+    v = rng.random(n)
+    for _ in range(10):
+        gone = rng.choice(len(keys), c // 2, replace=False)
+        fresh = np.setdiff1d((((rng.pareto(1.2, c) * 1000).astype(np.int64) % n) << 32) | rng.integers(0, n, c), keys)[: c // 2]
+        fw = rng.integers(1, 5, len(fresh)).astype(np.float64)
+        t0 = time.perf_counter()
+        g.apply(np.concatenate([rows[gone], fresh >> 32]), np.concatenate([cols[gone], fresh & 0xFFFFFFFF]),
+                np.concatenate([-w[gone], fw]))
+        t1 = time.perf_counter()
+        batch = np.concatenate([keys[gone], fresh])
+        order = np.argsort(batch)
+        t.assign(batch[order], (np.arange(len(batch)) >= len(gone))[order], {"weight": np.concatenate([w[gone], fw])[order]})
+        t2 = time.perf_counter()
+        ms["merge"][0] += t1 - t0
+        ms["merge"][1] += t2 - t1
+        keep = np.ones(len(keys), bool)
+        keep[gone] = False
+        keys, rows, cols, w = keys[keep], rows[keep], cols[keep], w[keep]
+        keys = np.concatenate([keys, fresh])
+        keys.sort()
+        rows, cols = keys >> 32, keys & 0xFFFFFFFF
+        w = t.get(rows, cols, "weight", 0.0)
+        t0 = time.perf_counter()
+        for _ in range(sweeps):
+            a = g.pull(v)
+        t1 = time.perf_counter()
+        base = sp.csr_matrix((t.vals["weight"] * t.alive, t.col, t.ptr), shape=(n, n))
+        over = sp.csr_matrix((t.ov_vals["weight"], ((t.ov_key >> 32), t.ov_key & 0xFFFFFFFF)), shape=(n, n))
+        for _ in range(sweeps):
+            b = base.T @ v + over.T @ v
+        t2 = time.perf_counter()
+        assert np.allclose(a, b)
+        ms[f"{sweeps} sweeps"][0] += t1 - t0
+        ms[f"{sweeps} sweeps"][1] += t2 - t1
+        frontier = rng.integers(0, n, 20_000)
+        t0 = time.perf_counter()
+        pairs = []
+        for mat in (g._base_out, g._ov_out):  # the graph's own two CSRs, rows by source
+            if mat is None:
+                continue
+            starts = mat.indptr[frontier].astype(np.int64)
+            pos, owner = g.be.gather_ranges(starts, mat.indptr[frontier + 1].astype(np.int64) - starts)
+            pairs.append(((owner << 32) | mat.indices[pos], mat.data[pos]))
+        k_all = np.concatenate([p for p, _ in pairs])
+        uk, inv = np.unique(k_all, return_inverse=True)
+        live_g = uk[np.bincount(inv, np.concatenate([d for _, d in pairs])) != 0]
+        t1 = time.perf_counter()
+        nb, own = t.neighbors(frontier)
+        t2 = time.perf_counter()
+        assert len(live_g) == len(nb)
+        ms["frontier"][0] += t1 - t0
+        ms["frontier"][1] += t2 - t1
+    per = ", ".join(f"{k} {a * 100:.0f} / {b * 100:.0f} ms" for k, (a, b) in ms.items())
+    return (f"{len(keys):,} pairs, per epoch (resident graph / row table): {per}; bytes per pair "
+            f"{g.nbytes() / len(keys):.1f} / {t.nbytes() / t.nnz:.1f}")
+
+
 CASES = {
+    "overlays": (overlays, "compute/resident.py"),
     "rowtable": (rowtable, "compute/apps/adjacency.py"),
     "api-names": (api_names, "api/names.py"),
     "compute-names": (compute_names, "compute/ids.py"),
