@@ -1,24 +1,33 @@
-"""Schema-registry records (``--format avro|jsonschema``) decoded before the transform.
+"""Schema-registry records (``--format avro|jsonschema|protobuf``) decoded before the transform.
 
-A record framed as Confluent's serializers write it (magic byte 0, a 4-byte schema id, the payload)
-is decoded with confluent-kafka's schema-registry deserializers (fastavro for Avro) against the
-writer's schema fetched from ``--schema-registry`` (its client's properties, such as
-``basic.auth.user.info`` and ``ssl.ca.location``, from ``--schema-registry-config``), and handed to
-the transform as the JSON of the decoded object: the transform sees the same Python object a JSON
-record would give it. The registry's answers are cached by the client (one request per schema id).
+A record framed as Confluent's serializers write it (magic byte 0, a 4-byte schema id, for Protobuf
+the message indexes, the payload) is decoded with confluent-kafka's schema-registry code (fastavro
+for Avro, the protobuf runtime for Protobuf) against the writer's schema fetched from
+``--schema-registry`` (its client's properties, such as ``basic.auth.user.info`` and
+``ssl.ca.location``, from ``--schema-registry-config``), and handed to the transform as the JSON of
+the decoded object: the transform sees the same Python object a JSON record would give it. The
+registry's answers are cached by the client (one request per schema id).
+
+Protobuf needs no generated classes: the writer's schema is fetched in its serialized form (a
+FileDescriptorProto, so no .proto text is compiled), with the files it imports (its references, by
+subject and version), into one descriptor pool per schema id; the message the record's indexes name
+is parsed with a class made from that pool (one per schema id and indexes) and turned into a dict by
+Protobuf's JSON mapping, with the field names of the .proto file.
 
 What cannot be decoded is data, not an error: a record without the framing, a schema id the
-registry does not know, a payload its schema cannot read are dead letters, with the reason and the
-schema id. A registry that does not answer (or answers 5xx or refuses the credentials) is not the
-records' fault: :class:`RegistryUnavailable` is raised and the ingest actor waits and retries the
-same records (backpressure: lag grows, nothing is lost, nothing is dead-lettered).
+registry does not know, a schema of another kind or one that does not build, message indexes that
+name no message, a payload its schema cannot read are dead letters, with the reason and the schema
+id. A registry that does not answer (or answers 5xx or refuses the credentials) is not the records'
+fault: :class:`RegistryUnavailable` is raised and the ingest actor waits and retries the same
+records (backpressure: lag grows, nothing is lost, nothing is dead-lettered).
 
-Protobuf is refused at start: confluent-kafka's Protobuf deserializer needs the generated message
-class of the records, which a generic service does not have.
+This module owns decoding only: what a record means is the transform's, where a dead letter goes
+the ingest actor's.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +36,16 @@ import orjson
 from pulsegraph.ingest.exceptions import IngestError
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
-FORMATS = ("json", "avro", "jsonschema")
+FORMATS = ("json", "avro", "jsonschema", "protobuf")
 MAGIC = 0
 
 
 class RegistryUnavailable(IngestError):
     """The schema registry did not answer usefully: wait and retry the same records."""
+
+
+class UnusableSchema(IngestError):
+    """The writer's schema of a schema id cannot decode records of this format: its records are dead letters."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,7 @@ class RegistryDecoder:
         conf = {k: v for k, v in (spec.config.properties() if spec.config else {}).items()}
         self.spec, self.topic = spec, topic
         self.client = SchemaRegistryClient({**conf, "url": spec.url})
+        self._protobuf: ProtobufReader | None = None
         if spec.fmt == "avro":
             from confluent_kafka.schema_registry.avro import AvroDeserializer
 
@@ -64,6 +78,8 @@ class RegistryDecoder:
             from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
             self._deserializer = JSONDeserializer(None, schema_registry_client=self.client)
+        elif spec.fmt == "protobuf":
+            self._deserializer = self._protobuf = ProtobufReader(self.client)
         else:
             raise IngestError(f"--format {spec.fmt} is not supported; use one of {', '.join(FORMATS)}")
 
@@ -78,11 +94,16 @@ class RegistryDecoder:
                           f"(it starts with {raw[:5]!r})")
         schema_id = int.from_bytes(raw[1:5], "big")
         try:
-            self.client.get_schema(schema_id)
+            if self._protobuf is None:
+                self.client.get_schema(schema_id)
+            else:  # the client caches by id, not by form: Protobuf schemas are only ever asked for serialized
+                self._protobuf.load(schema_id, self.client.get_schema(schema_id, fmt="serialized"))
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 return None, f"schema id {schema_id} is unknown to the registry at {self.spec.url} ({exc.error_message})"
             raise RegistryUnavailable(self._unavailable(f"HTTP {exc.http_status_code}: {exc.error_message}")) from None
+        except UnusableSchema as exc:
+            return None, f"schema id {schema_id} {exc}"
         except Exception as exc:  # noqa: BLE001 - the HTTP client's connection errors: the registry is away
             raise RegistryUnavailable(self._unavailable(f"{type(exc).__name__}: {exc}")) from None
         try:
@@ -94,3 +115,92 @@ class RegistryDecoder:
     def _unavailable(self, why: str) -> str:
         return (f"schema registry at {self.spec.url} unavailable ({why}); reading waits until it answers (nothing is "
                 f"dead-lettered meanwhile). Operator action: check --schema-registry and --schema-registry-config")
+
+
+class ProtobufReader:
+    """Protobuf records as dicts, with descriptors built from the registry's schemas: no generated classes.
+
+    confluent-kafka's ProtobufDeserializer parses into one generated class given up front; a service
+    configured by flags has none, so this reader does what that deserializer does with the writer's
+    schema alone, with its own helpers: the framing read by ``dual_schema_id_deserializer``, a pool
+    started by ``_init_pool`` (the well-known, google.type and confluent files, which a schema
+    imports without a reference), the references added by ``_resolve_named_schema``, the schema by
+    ``_str_to_proto``. Those three are private (underscored, though its protobuf modules list them in
+    ``__all__``): no public call builds a pool without a generated class, and its own helpers build
+    the pool its deserializer would.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._files: dict[int, tuple[Any, Any]] = {}  # schema id -> (its FileDescriptorProto, its pool)
+        self._classes: dict[tuple[int, tuple[int, ...]], Any] = {}  # (schema id, message indexes) -> message class
+
+    def load(self, schema_id: int, schema: Any) -> None:
+        """Builds the pool of a schema id once, its references fetched by subject and version. Raises
+        UnusableSchema for a schema that is not Protobuf or does not build; the registry's errors go
+        up as they are."""
+        if schema_id in self._files:
+            return
+        # The synchronous one by its own module: the public module star-imports the async and the
+        # sync _resolve_named_schema under one name, and type checkers take the async one.
+        from confluent_kafka.schema_registry._sync.protobuf import _resolve_named_schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.schema_registry.protobuf import _init_pool, _str_to_proto
+        from confluent_kafka.serialization import SerializationError
+        from google.protobuf.descriptor_pool import DescriptorPool
+
+        if schema.schema_type != "PROTOBUF":
+            raise UnusableSchema(f"is {schema.schema_type}, not PROTOBUF (--format protobuf)")
+        pool = DescriptorPool()
+        _init_pool(pool)
+        try:
+            _resolve_named_schema(schema, self.client, pool)
+            fd_proto = _str_to_proto("default", schema.schema_str or "")  # the name its deserializer gives the root file
+            pool.Add(fd_proto)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise UnusableSchema(f"imports a schema the registry does not have ({exc.error_message})") from None
+            raise
+        except json.JSONDecodeError:  # a registry answering 200 with no JSON is not the schema's fault
+            raise
+        except (SerializationError, TypeError, ValueError) as exc:  # not base64, not a FileDescriptorProto, an import missing
+            raise UnusableSchema(f"does not build into Protobuf descriptors ({type(exc).__name__}: {exc})") from None
+        self._files[schema_id] = (fd_proto, pool)
+
+    def __call__(self, raw: bytes, ctx: Any = None) -> dict:
+        """The record's message (of a schema id :meth:`load` has built) as Protobuf's JSON mapping gives
+        it, with the .proto's field names and fields at their default (0, "", []) present, as a JSON
+        producer writes them."""
+        from confluent_kafka.schema_registry import dual_schema_id_deserializer
+        from confluent_kafka.schema_registry.serde import SchemaId
+        from google.protobuf import json_format
+
+        framing = SchemaId("PROTOBUF")
+        payload = dual_schema_id_deserializer(raw, ctx, framing)
+        if framing.id is None:  # decode() lets only magic byte 0 (an id, not a GUID) through
+            raise ValueError("framed with a schema GUID, not a schema id")
+        key = (framing.id, tuple(framing.message_indexes or [0]))
+        if key not in self._classes:
+            self._classes[key] = self._message_class(*key)
+        message = self._classes[key]()
+        message.ParseFromString(payload.read())
+        pool = self._files[framing.id][1]  # resolves the types of google.protobuf.Any fields
+        return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
+                                         preserving_proto_field_name=True, descriptor_pool=pool)
+
+    def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> Any:
+        """Confluent's message indexes: the position among the file's messages, then among that one's
+        nested messages, and so on, in the order the .proto declares them."""
+        from google.protobuf.message_factory import GetMessageClass
+
+        fd_proto, pool = self._files[schema_id]
+        names: list[str] = []
+        messages = fd_proto.message_type
+        for index in indexes:
+            if not 0 <= index < len(messages):
+                raise LookupError(f"message indexes {list(indexes)} name no message (there are {len(messages)} at "
+                                  f"{'.'.join(names) or 'the top level'})")
+            names.append(messages[index].name)
+            messages = messages[index].nested_type
+        name = ".".join([fd_proto.package, *names] if fd_proto.package else names)
+        return GetMessageClass(pool.FindMessageTypeByName(name))

@@ -120,10 +120,10 @@ class Settings(BaseSettings):
         None, description="the properties file of --results-bootstrap's cluster (default: --kafka-config)"
     )
     format: Literal["json", "avro", "jsonschema", "protobuf"] = Field(
-        "json", description="what a record holds: json, or avro or jsonschema framed by a schema registry (decoded before the "
-        "transform, which sees the same object a JSON record gives; protobuf is refused: it needs the records' generated classes)",
+        "json", description="what a record holds: json, or avro, jsonschema or protobuf framed by a schema registry (decoded "
+        "before the transform, which sees the same object a JSON record gives; protobuf needs no generated classes)",
     )
-    schema_registry: str | None = Field(None, description="the schema registry's URL (Confluent's API) of --format avro|jsonschema")
+    schema_registry: str | None = Field(None, description="the schema registry's URL (Confluent's API) of --format avro|jsonschema|protobuf")
     schema_registry_config: Path | None = Field(
         None, description="a properties file of the schema registry client (basic.auth.user.info, ssl.ca.location, "
         "ssl.certificate.location, ssl.key.location), read by this process only, its secrets never shown",
@@ -272,9 +272,6 @@ class Settings(BaseSettings):
             self.registry()
         except KafkaConfigError as exc:
             raise ValueError(str(exc)) from None
-        if self.format == "protobuf":
-            raise ValueError("--format protobuf is not supported: decoding needs the records' generated message classes; "
-                             "use avro or jsonschema")
         if self.format != "json" and not self.schema_registry:
             raise ValueError(f"--format {self.format} needs --schema-registry URL")
         if self.transform is not None:
@@ -325,7 +322,7 @@ class Settings(BaseSettings):
         return self.kafka_properties()
 
     def registry(self) -> RegistrySpec | None:
-        """The schema registry of --format avro|jsonschema (its properties read now), or None for JSON records."""
+        """The schema registry of --format avro|jsonschema|protobuf (its properties read now), or None for JSON records."""
         if self.format == "json" or not self.schema_registry:
             return None
         config = None

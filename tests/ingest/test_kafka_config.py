@@ -11,6 +11,7 @@ import pickle
 import pytest
 from pydantic import ValidationError
 
+from pulsegraph.ingest.decode import RegistrySpec
 from pulsegraph.ingest.exceptions import KafkaConfigError
 from pulsegraph.ingest.sources.kafka_clients import kafka_python_config, librdkafka_config
 from pulsegraph.ingest.sources.kafka_config import load_kafka_config
@@ -96,11 +97,14 @@ def test_settings_read_the_file_at_start_hold_its_path_only_and_refuse_a_bad_one
         Settings(source="kafka", bootstrap="b:1", topic="t", results_kafka_config=good)
 
 
-def test_schema_registry_settings_refuse_protobuf_and_a_format_without_a_registry_and_hide_the_registry_secret(tmp_path):
-    with pytest.raises(ValidationError, match="protobuf is not supported"):
-        Settings(source="kafka", bootstrap="b:1", topic="t", format="protobuf", schema_registry="http://r:8081")
-    with pytest.raises(ValidationError, match="needs --schema-registry"):
-        Settings(source="kafka", bootstrap="b:1", topic="t", format="avro")
+def test_schema_registry_settings_take_every_format_refuse_one_without_a_registry_and_hide_the_registry_secret(tmp_path):
+    for fmt in ("avro", "jsonschema", "protobuf"):
+        s = Settings(source="kafka", bootstrap="b:1", topic="t", format=fmt, schema_registry="http://r:8081")
+        assert s.registry() == RegistrySpec(fmt, "http://r:8081")
+        with pytest.raises(ValidationError, match=f"--format {fmt} needs --schema-registry"):
+            Settings(source="kafka", bootstrap="b:1", topic="t", format=fmt)
+    with pytest.raises(ValidationError, match="format"):
+        Settings(source="kafka", bootstrap="b:1", topic="t", format="thrift", schema_registry="http://r:8081")
     conf = write(tmp_path, f"basic.auth.user.info=reader:{PASSWORD}\nssl.ca.location={tmp_path}/ca.pem\n", "registry.properties")
     s = Settings(source="kafka", bootstrap="b:1", topic="t", format="avro", schema_registry="https://r:8081", schema_registry_config=conf)
     assert s.registry().config.get("basic.auth.user.info") == f"reader:{PASSWORD}"
