@@ -33,6 +33,9 @@ from tests.ingest.test_kafka import CLIENTS, consume_all, end_vector
 from tests.pulsegraph.test_cli import EXE, free_port
 from tests.pulsegraph.test_exposure import descendants
 
+# A secure broker of its own (not the kafka_broker fixture, which marks the others): not the quick lane.
+pytestmark = pytest.mark.integration
+
 BAD = [b"{not json", b'{"user": 7}', b"\xff\xfe"]
 
 

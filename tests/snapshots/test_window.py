@@ -238,6 +238,7 @@ def advancing_streams(draw):
     return {f"p{i}": list(enumerate(draw(st.tuples(*(at(o) for o in range(draw(st.integers(0, 60)))))))) for i in range(n)}
 
 
+@pytest.mark.slow  # 150 examples, ~36 s: the whole suite runs it, the quick lane does not
 @settings(max_examples=150, deadline=None)
 @given(stream=advancing_streams(), n_shards=st.integers(1, 3), data=st.data())
 def test_the_compute_stage_holds_the_window_while_ids_are_given_back_and_reused_soon_after_vertices_leave(stream, n_shards, data):
