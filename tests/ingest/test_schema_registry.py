@@ -40,6 +40,15 @@ JSON_SCHEMA_ID = 8
 AUTH = "reader:" + "Kq3-registry-secret-9"
 
 
+
+def assert_dead_letters(bootstrap: str, topic: str, bad: dict[bytes, str]) -> None:
+    """Exactly the ``bad`` records are in the topic's dead-letter topic, each with a reason that says what ``bad`` says."""
+    letters = consume_all(bootstrap, f"{topic}.dlq", with_headers=True)
+    reasons = {v: h["reason"].decode() for recs in letters.values() for _, v, h in recs}
+    assert set(reasons) == set(bad)
+    for raw, says in bad.items():
+        assert says in reasons[raw], reasons[raw]
+
 class Registry(ThreadingHTTPServer):
     """The part of Confluent's Schema Registry API that serializers and deserializers call: schemas by id and by
     subject and version, registration and lookup (POST), behind basic auth. ``status`` set makes it answer that."""
@@ -185,11 +194,7 @@ def test_avro_records_decode_to_the_reference_graph_bad_ones_are_dead_letters_an
         p.stop()
         if registry is not None:
             registry.shutdown()
-    letters = consume_all(kafka_broker.bootstrap, f"{topic}.dlq", with_headers=True)
-    reasons = {v: h["reason"].decode() for recs in letters.values() for _, v, h in recs}
-    assert set(reasons) == set(bad)
-    for raw, says in bad.items():
-        assert says in reasons[raw], reasons[raw]
+    assert_dead_letters(kafka_broker.bootstrap, topic, bad)
     assert len([a for a in registry.asked if "/schemas/ids/7" in a]) <= 3  # cached: one answer per schema id and actor
 
 
@@ -223,8 +228,4 @@ def test_json_schema_records_decode_to_the_reference_graph_and_invalid_ones_are_
     finally:
         p.stop()
         registry.shutdown()
-    letters = consume_all(kafka_broker.bootstrap, f"{topic}.dlq", with_headers=True)
-    reasons = {v: h["reason"].decode() for recs in letters.values() for _, v, h in recs}
-    assert set(reasons) == set(bad)
-    for raw, says in bad.items():
-        assert says in reasons[raw], reasons[raw]
+    assert_dead_letters(kafka_broker.bootstrap, topic, bad)
