@@ -26,7 +26,7 @@ import time
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
 # A cause kafka-python logged is taken as the reason of a failure this recent (a bootstrap attempt
-# lasts BOOTSTRAP_TIMEOUT_MS, 10 s; its causes are logged within it).
+# lasts BOOTSTRAP_TIMEOUT_MS, 5 s; its causes are logged within it).
 CAUSE_WINDOW_S = 30.0
 # How long the TLS look at a broker's certificate may take (a local handshake takes milliseconds).
 TLS_PROBE_TIMEOUT_S = 5.0
