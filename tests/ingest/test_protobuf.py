@@ -28,8 +28,9 @@ from pulsegraph.ingest.sources.kafka_config import parse_properties
 from pulsegraph.topology import Pipeline
 from tests.graphref import reference
 from tests.ingest.test_kafka import kafka_settings
-from tests.ingest.test_schema_registry import AUTH, SCHEMA_ID, Registry, assert_dead_letters, framed
+from tests.ingest.test_schema_registry import assert_dead_letters
 from tests.pulsegraph.test_cli import free_port
+from tests.registry import AUTH, SCHEMA_ID, Registry, framed
 
 F = descriptor_pb2.FieldDescriptorProto
 TWEET_FIELDS = [("user", F.TYPE_STRING, F.LABEL_OPTIONAL), ("mentions", F.TYPE_STRING, F.LABEL_REPEATED),
