@@ -99,12 +99,13 @@ def append_times(bootstrap: str, topic: str, wanted: dict[str, list[int]]) -> di
     return out
 
 
-def run_pipeline(args, bootstrap, topic, data_dir, client: str) -> tuple[Pipeline, list]:
+def run_pipeline(args, bootstrap, topic, data_dir, client: str, **extra) -> tuple[Pipeline, list]:
+    """The pipeline on ``topic`` (``extra``: more settings, such as a --format and its registry)."""
     seen: list = []
     settings = Settings(
         source="kafka", bootstrap=bootstrap, topic=topic, transform="tweets", ingest_actors=args.ingest_actors,
         shards=args.shards, epoch_interval="1s", data_dir=data_dir, batch_size=args.batch_size, checkpoint_every=10,
-        kafka_client=client,
+        kafka_client=client, **extra,
     )
     p = Pipeline(settings, on_epoch=lambda v: seen.append((time.time(), v.result))).start()
     return p, seen
@@ -125,13 +126,13 @@ def capacity(args, bootstrap: str, pack: int, clients: list[str]) -> dict[str, l
     return out
 
 
-def drain(args, bootstrap: str, topic: str, client: str) -> dict:
+def drain(args, bootstrap: str, topic: str, client: str, **extra) -> dict:
     """Run the pipeline on a pre-produced topic until all ``args.events`` are sealed with results.
 
     The rate is measured from the end of the first epoch to the last: start-up (Ray, the
     consumers' first fetch) is excluded."""
     data = tempfile.mkdtemp(prefix="pg-bench-")
-    p, seen = run_pipeline(args, bootstrap, topic, data, client)
+    p, seen = run_pipeline(args, bootstrap, topic, data, client, **extra)
     try:
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and (not seen or seen[-1][1].records < args.events):

@@ -38,7 +38,7 @@ class Registry(ThreadingHTTPServer):
         self.schemas: dict[int, dict] = {SCHEMA_ID: {"schema": json.dumps(SCHEMA), "schemaType": "AVRO"},
                                          JSON_SCHEMA_ID: {"schema": json.dumps(JSON_SCHEMA), "schemaType": "JSON"}}
         self.subjects: dict[str, list[int]] = {}  # subject -> the schema id of each version
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def register(self, subject: str, body: dict) -> int:
         with self.lock:
