@@ -51,6 +51,25 @@ class UnusableSchema(IngestError):
     """The writer's schema of a schema id cannot decode records of this format: its records are dead letters."""
 
 
+# The registry client's properties that must be numbers (a properties file gives strings) and what each takes.
+NUMERIC_PROPERTIES = {"max.retries": int, "retries.wait.ms": int, "retries.max.wait.ms": int, "cache.capacity": int,
+                      "cache.latest.ttl.sec": float, "timeout": float}
+
+
+def registry_client_conf(url: str, config: KafkaConfig | None) -> dict[str, Any]:
+    """The schema registry client's configuration from --schema-registry and its properties file, the
+    numeric ones made numbers; raises IngestError naming a property that is not."""
+    conf: dict[str, Any] = dict(config.properties()) if config is not None else {}
+    for name, kind in NUMERIC_PROPERTIES.items():
+        if name in conf:
+            try:
+                conf[name] = kind(conf[name])
+            except ValueError:
+                raise IngestError(f"{config.source if config else '--schema-registry-config'}: {name} is {conf[name]!r}, "
+                                  f"not a number") from None
+    return {**conf, "url": url}
+
+
 @dataclass(frozen=True)
 class RegistrySpec:
     """Where the registry is and how to reach it (its properties' secrets are SecretStr); plain data that pickles."""
@@ -69,9 +88,8 @@ class RegistryDecoder:
     def __init__(self, spec: RegistrySpec, topic: str) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        conf = {k: v for k, v in (spec.config.properties() if spec.config else {}).items()}
         self.spec, self.topic = spec, topic
-        self.client = SchemaRegistryClient({**conf, "url": spec.url})
+        self.client = SchemaRegistryClient(registry_client_conf(spec.url, spec.config))
         self._protobuf: ProtobufReader | None = None
         # schema id -> how its records are read (:meth:`_reader_of`), once the registry has answered for it
         self._readers: dict[int, Callable[[bytes], bytes]] = {}

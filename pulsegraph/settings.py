@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pulsegraph.ingest.exceptions import IngestError, KafkaConfigError
-from pulsegraph.ingest.decode import RegistrySpec
+from pulsegraph.ingest.decode import RegistrySpec, registry_client_conf
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig, load_kafka_config, parse_properties
 from pulsegraph.ingest.transforms import get_transform
 
@@ -331,6 +331,7 @@ class Settings(BaseSettings):
                 config = parse_properties(self.schema_registry_config.read_text(), str(self.schema_registry_config))
             except OSError as exc:
                 raise KafkaConfigError(f"cannot read --schema-registry-config {self.schema_registry_config}: {exc.strerror}") from None
+        registry_client_conf(self.schema_registry, config)  # a property the client cannot take fails here, not in an actor
         return RegistrySpec(self.format, self.schema_registry, config)
 
     @property

@@ -20,8 +20,10 @@ from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message_factory import GetMessageClass
 
-from pulsegraph.ingest.decode import RegistryDecoder, RegistrySpec, _plain_dict
+from pulsegraph.base.errors import PulsegraphError
+from pulsegraph.ingest.decode import RegistryDecoder, RegistrySpec, _plain_dict, registry_client_conf
 from pulsegraph.ingest.sources.kafka_config import parse_properties
+from pulsegraph.settings import Settings
 from tests.pulsegraph.test_cli import free_port
 from tests.registry import AUTH, JSON_SCHEMA, JSON_SCHEMA_ID, SCHEMA, SCHEMA_ID, Registry, framed
 
@@ -154,3 +156,16 @@ def test_protobuf_messages_of_plain_fields_convert_as_the_json_mapping_converts_
         want = json_format.MessageToDict(parsed, always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
         # NaN is not equal to itself: compare the JSON texts
         assert orjson.dumps(as_dict(parsed), option=orjson.OPT_SORT_KEYS) == orjson.dumps(want, option=orjson.OPT_SORT_KEYS)
+
+
+def test_the_registry_clients_numeric_properties_are_numbers_and_a_bad_one_is_named(tmp_path):
+    """A properties file gives strings; the registry's client refuses a string where it takes a number."""
+    good = parse_properties("basic.auth.user.info=a:b\nmax.retries=0\ntimeout=2.5\n", "registry.properties")
+    conf = registry_client_conf("http://127.0.0.1:1", good)
+    assert conf["max.retries"] == 0 and conf["timeout"] == 2.5 and conf["url"] == "http://127.0.0.1:1"
+    SchemaRegistryClient(conf)
+    path = tmp_path / "registry.properties"
+    path.write_text("max.retries=three\n")
+    with pytest.raises(PulsegraphError, match="registry.properties: max.retries is 'three', not a number"):
+        Settings(source="kafka", bootstrap="127.0.0.1:9", topic="t", format="avro", schema_registry="http://127.0.0.1:1",
+                 schema_registry_config=path)

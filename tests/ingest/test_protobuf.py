@@ -93,7 +93,8 @@ def tweets(n: int, seed: int, evolved_from: int) -> list[dict]:
 
 
 def decoder(registry_port: int, topic: str, auth: str = AUTH) -> RegistryDecoder:
-    config = parse_properties(f"basic.auth.user.info={auth}\n", "registry.properties")
+    # No retries of a 5xx by the registry's client (its default waits 1, 2, 4 s): the test asks what a failure is named.
+    config = parse_properties(f"basic.auth.user.info={auth}\nmax.retries=0\n", "registry.properties")
     return RegistryDecoder(RegistrySpec("protobuf", f"http://127.0.0.1:{registry_port}", config), topic)
 
 
