@@ -259,7 +259,10 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
             assert [t["vertex"] for t in top] == [p.store.names[i] for i in before[e].top["pagerank"][:5]]
         v = top[0]["vertex"]
         history = client.get(f"/v1/vertices/{v}/history", params={"limit": 1000}).json()["items"]
-        assert [h["epoch"] for h in history][:2] == sorted(before)[:2]
+        # One history across the restart: it reaches back to epochs served before it (from the first that
+        # held the vertex: not always epoch 1, whose few records a loaded machine may cut before it appears).
+        hist = [h["epoch"] for h in history]
+        assert hist == sorted(hist) and set(hist) <= set(epochs) and hist[0] in before and hist[0] < recovered, (hist, sorted(before))
         # The newest epoch served before the crash that the graph kept since does not reach back to. Not
         # the checkpoint's own epoch: when the crash came before the API had pulled it, it was never
         # served, and is rightly "epoch_not_ranked" (a CI run met that).
