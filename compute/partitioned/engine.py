@@ -58,12 +58,15 @@ class InProcessPartitions:
 @dataclass(frozen=True)
 class PartitionRun:
     """One ranking's epoch: the solver's figures as :class:`~pulsegraph.compute.engine.AlgoRun` has them,
-    and what the partitions exchanged: values in sweeps (``boundary`` per sweep) and by pushes, and the
-    rounds of the port (each a reduction of the partitions' answers, some with an exchange before it)."""
+    and what the partitions exchanged: values in ``exchanged_sweeps`` sweeps (``boundary`` each: the
+    products of the solve and the recomputed residuals, so one more than ``stats.sweeps`` where the epoch
+    began with one) and by pushes, and the rounds of the port (each a reduction of the partitions'
+    answers, some with an exchange before it)."""
 
     stats: SolveStats
     ms: float
     boundary: int
+    exchanged_sweeps: int
     dense_values: int
     sparse_values: int
     reductions: int
@@ -106,7 +109,7 @@ class PartitionedEngine:
         self.stored = 0
         self.merge_ms = 0.0
         self.boundary = 0  # values exchanged per sweep, all partition pairs
-        self._rounds = 0
+        self._rounds = self._sweeps = 0
         self.algorithms = {
             "pagerank": DistributedSolver(self, "pagerank", c.damping, pagerank_target(c.damping, c.tol), c.max_iter, c.tol,
                                      c.dense_switch),
@@ -122,6 +125,7 @@ class PartitionedEngine:
 
     def exchange(self, send: str, receive: str, *args: Any) -> list[Any]:
         self._rounds += 1
+        self._sweeps += send == "sweep_send"
         return self.port.exchange(send, receive, *args)
 
     # -- epochs -------------------------------------------------------------------------------------
@@ -189,7 +193,7 @@ class PartitionedEngine:
         runs = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()
-            self._rounds = 0
+            self._rounds = self._sweeps = 0
             label, it, sweeps, res = algo.solve(method, recompute[name])
             runs[name] = self._run(name, label, it, sweeps, res, t)
         return runs
@@ -199,7 +203,7 @@ class PartitionedEngine:
         runs = {}
         for name, algo in self.algorithms.items():
             t = time.perf_counter()
-            self._rounds = 0
+            self._rounds = self._sweeps = 0
             label, it, sweeps, res = algo.scratch(None)
             runs[name] = self._run(name, label, it, sweeps, res, t)
         return runs
@@ -209,7 +213,8 @@ class PartitionedEngine:
         counters = self.port.each("take_counters", name)
         read, dense, sparse = (sum(c[i] for c in counters) for i in range(3))
         stats = SolveStats(label, it, sweeps, read, res)
-        return PartitionRun(stats, (time.perf_counter() - t) * 1000.0, self.boundary, dense, sparse, rounds)
+        ms = (time.perf_counter() - t) * 1000.0
+        return PartitionRun(stats, ms, self.boundary, self._sweeps, dense, sparse, rounds)
 
     # -- results ------------------------------------------------------------------------------------
 
