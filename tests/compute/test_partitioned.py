@@ -40,10 +40,10 @@ def config(**kw) -> RankConfig:
     return RankConfig(**{"tol": TOL, "compact_fraction": 0.2, "push_max_delta": 0.02, **kw})
 
 
-def engines(parts: int, owner=None, **kw) -> tuple[PartitionedEngine, RankEngine]:
+def engines(parts: int, owner=None, backend=None, **kw) -> tuple[PartitionedEngine, RankEngine]:
     """The partitioned engine and today's, both compacting often (small graphs) so compaction is exercised."""
-    part = PartitionedEngine(config(**kw), parts, owner, compact_min=50)
-    single = RankEngine(config(**kw))
+    part = PartitionedEngine(config(**kw), parts, owner, backend, compact_min=50)
+    single = RankEngine(config(**kw), backend)
     single.graph.compact_min = 50
     return part, single
 
@@ -77,9 +77,9 @@ def expected_boundary(weights: dict[tuple[int, int], int], owner, parts: int) ->
 # quick lane has power epochs in the window and locality tests.
 @pytest.mark.parametrize("method", [None, pytest.param("power", marks=pytest.mark.slow), "krylov", "push"])
 @pytest.mark.parametrize("parts", [1, 2, 3, 5])
-def test_every_epoch_is_within_its_bound_of_the_exact_ranking(parts, method):
+def test_every_epoch_is_within_its_bound_of_the_exact_ranking(backend, parts, method):
     stream = RandomStream(11, n0=40)
-    part, single = engines(parts)
+    part, single = engines(parts, backend=backend)
     p = part.config.tunkrank_p
     for e in range(20):
         n, src, dst, dw = stream.epoch(120 if e == 0 else int(stream.rng.integers(1, 20)))
@@ -141,9 +141,9 @@ class WindowStream(RandomStream):
 
 
 @pytest.mark.parametrize("parts", [2, 3, 5])
-def test_window_mode_presence_flips(parts):
+def test_window_mode_presence_flips(backend, parts):
     stream = WindowStream(13)
-    part, single = engines(parts)
+    part, single = engines(parts, backend=backend)
     p = part.config.tunkrank_p
     for e in range(25):
         n, src, dst, dw, present, flips = stream.window_epoch(90 if e == 0 else int(stream.rng.integers(1, 12)))
@@ -221,11 +221,11 @@ def test_owned_vertices_outgrowing_their_room_move_the_ghosts():
     assert any(size["room"] > 1024 for size in part.local_sizes())
 
 
-def test_open_gap_moves_columns_and_keeps_products():
+def test_open_gap_moves_columns_and_keeps_products(backend):
     stream = RandomStream(15)
     n, src, dst, dw = stream.epoch(300)
     keep = src < 40  # vertices from 40 on: no out-edges, as ghosts
-    g = ResidentGraph(compact_min=20)
+    g = ResidentGraph(backend, compact_min=20)
     g.grow(n)
     g.apply(src[keep], dst[keep], dw[keep])
     g.compact()
@@ -237,10 +237,10 @@ def test_open_gap_moves_columns_and_keeps_products():
     want = sp.csr_matrix((before.data, (before.row, moved)), shape=(n + 7, n + 7))
     assert g.n == n + 7 and abs(g.to_scipy() - want).max() == 0 and after.nnz == before.nnz
     v = np.arange(g.n, dtype=np.float64)
-    np.testing.assert_allclose(g.pull(v), want.T @ v)
-    out = np.zeros(g.n)
-    g.push(np.array([1, 2]), np.array([1.0, 1.0]), out)
-    np.testing.assert_allclose(out, want[[1, 2]].sum(axis=0).A1)
+    np.testing.assert_allclose(backend.to_host(g.pull(backend.asarray(v))), want.T @ v)
+    out = backend.xp.zeros(g.n)
+    g.push(backend.asarray(np.array([1, 2])), backend.asarray(np.array([1.0, 1.0])), out)
+    np.testing.assert_allclose(backend.to_host(out), want[[1, 2]].sum(axis=0).A1)
     with pytest.raises(ValueError, match="no out-edges"):
         g.open_gap(1, 3)
 
