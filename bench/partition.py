@@ -122,9 +122,9 @@ def run(parts: int, kind: str, graph_args: tuple, sizes: list[int], epochs: int,
 
 def describe_graph(kind: str, r: dict, args) -> str:
     if kind == "communities":
-        return (f"communities: 2**{args.scale} vertices in runs of {COMMUNITY} ids, {args.edges} pairs drawn "
+        return (f"communities: 2^{args.scale} vertices in runs of {COMMUNITY} ids, {args.edges} pairs drawn "
                 f"({r['pairs']} distinct), {INSIDE:.0%} inside a community, owned by runs of {COMMUNITY} ids")
-    return (f"R-MAT: 2**{args.scale} vertices, {args.edges} edges drawn ({r['pairs']} distinct pairs), permuted "
+    return (f"R-MAT: 2^{args.scale} vertices, {args.edges} edges drawn ({r['pairs']} distinct pairs), permuted "
             f"ids owned `id % P` (no locality)")
 
 
