@@ -76,9 +76,13 @@ class Graph:
         self.scale = scale
         self.n = 1 << scale
         self.perm = self.rng.permutation(self.n)
-        s, d = rmat(scale, edges, self.rng, self.perm)
+        s, d = self.draw(edges)
         self.keys, counts = np.unique(s * self.n + d, return_counts=True)
         self.w = counts.astype(np.float64)
+
+    def draw(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """``m`` random pairs of the graph's kind (R-MAT here)."""
+        return rmat(self.scale, m, self.rng, self.perm)
 
     @property
     def pairs(self) -> int:
@@ -92,7 +96,7 @@ class Graph:
         rng = self.rng
         ins, dele = k // 2, k // 4
         rew = k - ins - dele
-        s, d = rmat(self.scale, ins, rng, self.perm)
+        s, d = self.draw(ins)
         new_keys = np.unique(s * self.n + d)
         live = np.flatnonzero(self.w > 0)
         pick = rng.choice(live, size=min(dele + rew, len(live)), replace=False)

@@ -132,6 +132,45 @@ class ResidentGraph:
         self.n = n
         self._rebuild_overlay()
 
+    def open_gap(self, at: int, count: int) -> None:
+        """Insert ``count`` vertices with no edges at index ``at``: vertices ``at ..`` become ``at + count ..``.
+
+        Only for a graph whose vertices from ``at`` on have no out-edges (a compute partition's ghosts,
+        which stand for remote destinations: :mod:`pulsegraph.compute.partitioned`), so that only
+        column indices move: by-source rows past ``at`` are empty and stay so, by-destination rows get
+        ``count`` empty rows at ``at``. One pass over the stored entries; a partition calls it when its
+        owned vertices outgrow the room kept for them, a geometric number of times."""
+        if count <= 0:
+            return
+        if at > self.n:
+            raise ValueError(f"open_gap at {at} beyond the {self.n} vertices")
+        if at < self.n and bool((self.out_degree[at:] > 0).any()):
+            raise ValueError("open_gap: vertices from `at` on must have no out-edges")
+        be, xp = self.be, self.be.xp
+        n = self.n + count
+
+        def shift_columns(m):
+            idx = xp.where(m.indices >= at, m.indices + count, m.indices).astype(m.indices.dtype)
+            indptr = xp.concatenate([m.indptr, xp.full(count, m.indptr[-1], dtype=m.indptr.dtype)])
+            return be.sparse.csr_matrix((m.data, idx, indptr), shape=(n, n))
+
+        def insert_rows(m):
+            fill = xp.full(count, m.indptr[at], dtype=m.indptr.dtype)
+            indptr = xp.concatenate([m.indptr[: at + 1], fill, m.indptr[at + 1:]])
+            return be.sparse.csr_matrix((m.data, m.indices, indptr), shape=(n, n))
+
+        self._base_out = shift_columns(self._base_out)
+        if self._base_in is not None:
+            self._base_in = insert_rows(self._base_in)
+        # Keys are src << 32 | dst with src < at: shifting the destinations keeps them sorted.
+        dst = self._ov_keys & _KEY_MASK
+        self._ov_keys = xp.where(dst >= at, self._ov_keys + count, self._ov_keys)
+        # The per-vertex arrays are zero from ``at`` on (no out-edges): the gap is a zero tail.
+        self.out_weight = xp.concatenate([self.out_weight, xp.zeros(count, dtype=np.float64)])
+        self.inv_out = xp.concatenate([self.inv_out, xp.zeros(count, dtype=self.dtype)])
+        self.n = n
+        self._rebuild_overlay()
+
     def _pad(self, m, n: int):
         xp = self.be.xp
         tail = xp.full(n - m.shape[0], m.indptr[-1], dtype=m.indptr.dtype)
