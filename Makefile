@@ -34,15 +34,18 @@ test-deps:
 	fi
 	tools/kafka.sh fetch
 
-# The whole suite: what CI runs (.ci/run), real Kafka, Ray and browser tests included.
+# The whole suite: what CI runs (.ci/run), real Kafka, Ray and browser tests included. Two workers
+# (pytest-xdist), each with its own broker and Ray instance (the session fixtures, tests/conftest.py),
+# a test file at a time: its module fixtures and the order of its tests stay as written.
+WORKERS ?= 2
 test: install test-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 # The quick lane of the edit-test loop, under two minutes: the unit and property tests that start
 # no Ray actor, broker or service (pytest -m, see tests/conftest.py), with ruff, mypy and
 # import-linter (tests/test_lint.py, tests/test_types.py). It needs no Kafka or browser.
 check: install
-	$(PY) -m pytest -q -m "not integration and not slow" --durations=5
+	$(PY) -m pytest -n $(WORKERS) -q -m "not integration and not slow" --durations=5
 
 # The documentation site under .cache/site, built strictly (a broken link fails); `mkdocs serve` to browse.
 docs: install
