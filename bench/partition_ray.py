@@ -3,7 +3,8 @@ actors (compute/partition_actor.py's RankPartitionActor, driven through RayParti
 run on local Ray, replaying the same epochs as bench/partition.py (R-MAT with ids owned ``id % P``, and
 the community graph owned by runs of ids).
 
-Per P: the first epoch, then incremental epochs of a few thousand changes (pushed, or solved by GMRES),
+All P side by side, each epoch given to every P in turn (a burst of the shared machine's load falls on
+all of them). Per P: the first epoch, then incremental epochs of a few thousand changes (pushed, or solved by GMRES),
 each timed whole as the compute stage would see it (``update`` and ``host_scores``, the gather of every
 rank into one vector); the port's rounds per epoch, counted at the port (every call the driver makes:
 the merge, the solves' rounds, the counters, the gather); the values a sweep exchanges; one empty round's
@@ -153,49 +154,69 @@ def epoch_row(label: str, eng, port, runs, wall_ms: float) -> dict:
     return out
 
 
-def run(parts: int, kind: str, graph_args: tuple, sizes: list[int], epochs: int, cfg: RankConfig) -> dict:
-    graph = (Communities if kind == "communities" else Graph)(*graph_args)  # the same seed: the same epochs
-    eng, port = engine(parts, kind, cfg)
-    start_mem = eng.memory() if parts == 1 else port.port.memory()  # type: ignore[union-attr]
-    empty = eng.empty_round_ms() if parts == 1 else timed_median(lambda: port.port.each("boundary"))  # type: ignore[union-attr]
+class Side:
+    """One P's engine, its graph (the same seed as the others': the same epochs) and its figures."""
 
-    def one(label: str, *args) -> dict:
-        if port:
-            port.rounds = 0
+    def __init__(self, parts: int, kind: str, graph_args: tuple, cfg: RankConfig) -> None:
+        self.parts, self.kind = parts, kind
+        self.graph = (Communities if kind == "communities" else Graph)(*graph_args)
+        self.eng, self.port = engine(parts, kind, cfg)
+        self.start = self.memory()
+        self.empty = self.eng.empty_round_ms() if parts == 1 else timed_median(lambda: self.port.port.each("boundary"))
+        self.rows: dict[str, list[dict]] = {}
+
+    def memory(self) -> list[dict[str, int]]:
+        return self.eng.memory() if self.parts == 1 else self.port.port.memory()
+
+    def one(self, label: str, *args) -> None:
+        if self.port:
+            self.port.rounds = 0
         t = time.perf_counter()
-        runs = eng.update(*args)
-        scores = eng.host_scores()
-        row = epoch_row(label, eng, port, runs, (time.perf_counter() - t) * 1000.0)
+        runs = self.eng.update(*args)
+        scores = self.eng.host_scores()
+        row = epoch_row(label, self.eng, self.port, runs, (time.perf_counter() - t) * 1000.0)
         row["scores"] = scores
-        return row
+        self.rows.setdefault(label, []).append(row)
 
-    rows = [one("first epoch", *graph.initial())]
-    print(f"P={parts} {kind}: {graph.n} vertices, {graph.pairs} pairs, first epoch {rows[0]['wall_ms']:.0f} ms", file=sys.stderr)
+    def result(self) -> dict:
+        end = self.memory()
+        (self.eng.close if self.parts == 1 else self.port.port.close)()
+        rows = []
+        for label, done in self.rows.items():
+            med = {key: float(np.median([d[key] for d in done])) for key in done[0] if key not in ("kind", "method", "scores")}
+            med.update(kind=label, method="/".join(sorted({d["method"] for d in done})), scores=done[-1]["scores"],
+                       spread=(min(d["wall_ms"] for d in done), max(d["wall_ms"] for d in done)))
+            rows.append(med)
+        return {"graph": self.kind, "parts": self.parts, "n": self.graph.n, "pairs": self.graph.pairs, "rows": rows,
+                "empty_ms": self.empty, "start": self.start, "end": end, "scores": rows[-1]["scores"]}
+
+
+def run(parts: list[int], kind: str, graph_args: tuple, sizes: list[int], epochs: int, cfg: RankConfig) -> list[dict]:
+    """Every P side by side: each epoch goes to P = 1, 2, 4 in turn, so a burst of load on the shared
+    machine falls on all of them, not on one P's rows."""
+    sides = [Side(k, kind, graph_args, cfg) for k in parts]
+    for side in sides:
+        side.one("first epoch", *side.graph.initial())
     for k in sizes:
-        done = [one(f"epoch of {k} changes", graph.n, *graph.epoch(k)) for _ in range(epochs)]
-        print(f"  P={parts} {k} changes: {[round(d['wall_ms']) for d in done]} ms", file=sys.stderr)
-        med = {key: float(np.median([d[key] for d in done])) for key in done[0] if key not in ("kind", "method", "scores")}
-        med.update(kind=done[0]["kind"], method="/".join(sorted({d["method"] for d in done})), scores=done[-1]["scores"])
-        rows.append(med)
-    end_mem = eng.memory() if parts == 1 else port.port.memory()  # type: ignore[union-attr]
-    if parts == 1:
-        eng.close()  # type: ignore[union-attr]
-    else:
-        port.port.close()  # type: ignore[union-attr]
-    return {"graph": kind, "parts": parts, "n": graph.n, "pairs": graph.pairs, "rows": rows, "empty_ms": empty,
-            "start": start_mem, "end": end_mem, "scores": rows[-1]["scores"]}
+        for e in range(epochs):
+            for side in sides:
+                side.one(f"epoch of {k} changes", side.graph.n, *side.graph.epoch(k))
+            print(f"  {kind} {k} changes, epoch {e + 1}: "
+                  f"{[round(s.rows[f'epoch of {k} changes'][-1]['wall_ms']) for s in sides]} ms", file=sys.stderr)
+    return [side.result() for side in sides]
 
 
 def table(results: list[dict]) -> list[str]:
     lines = [
-        "| P | epoch | method (PageRank) | ms per epoch (whole) | merge ms | solve ms (PR + TR) | sweeps | port rounds | "
-        "values per sweep |",
+        "| P | epoch | method (PageRank) | ms per epoch (whole): median (min-max) | merge ms | solve ms (PR + TR) | sweeps "
+        "| port rounds | values per sweep |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for x in r["rows"]:
             lines.append(
-                f"| {r['parts']} | {x['kind']} | {x['method']} | {x['wall_ms']:.0f} | {x['merge_ms']:.0f} | "
+                f"| {r['parts']} | {x['kind']} | {x['method']} | {x['wall_ms']:.0f} ({x['spread'][0]:.0f}-{x['spread'][1]:.0f}) "
+                f"| {x['merge_ms']:.0f} | "
                 f"{x['solve_ms']:.0f} | {x['sweeps']:.0f} | {x['rounds']:.0f} | {x['per_sweep']:,.0f} |"
             )
     base = results[0]
@@ -236,15 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=max(parts) + 2, include_dashboard=False, logging_level=logging.WARNING,
              object_store_memory=512 * 2 ** 20)
     try:
-        results = [run(k, kind, (args.scale, args.edges, args.scale), sizes, args.epochs, cfg)
-                   for kind in args.graphs.split(",") for k in parts]
+        results = [r for kind in args.graphs.split(",")
+                   for r in run(parts, kind, (args.scale, args.edges, args.scale), sizes, args.epochs, cfg)]
     finally:
         ray.shutdown()
     lines = [
         f"Run on {describe()}, NumPy {np.__version__}, Ray {ray.__version__}, local Ray (one node); the machine's cores "
         f"are shared with other jobs, so compare the rows of one run, not absolute times. Tol {cfg.tol:g}; "
-        f"{args.epochs} epochs per size, medians. P = 1: RankEngine in one actor; P > 1: that many RankPartitionActor "
-        f"actors driven from this process. Command: `python -m bench.partition_ray {' '.join(sys.argv[1:])}`.",
+        f"{args.epochs} epochs per size, medians, each epoch given to every P in turn (all engines live at once). "
+        f"P = 1: RankEngine in one actor; P > 1: that many RankPartitionActor actors driven from this process. Command: `python -m bench.partition_ray {' '.join(sys.argv[1:])}`.",
     ]
     for kind in dict.fromkeys(r["graph"] for r in results):
         rs = [r for r in results if r["graph"] == kind]
