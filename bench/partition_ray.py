@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench.machine import describe  # noqa: E402 - after the path set-up above
 from bench.partition import COMMUNITY, Communities, describe_graph  # noqa: E402
 from bench.rank import Graph  # noqa: E402
+from pulsegraph.base.runtime import HeapTrimmer  # noqa: E402
 from pulsegraph.compute.engine import RankConfig, RankEngine  # noqa: E402
 from pulsegraph.compute.partition_actor import RayPartitions, spawn_partitions  # noqa: E402
 from pulsegraph.compute.partition_actor import _process_memory as process_memory  # noqa: E402
@@ -54,9 +55,11 @@ class EngineActor:
 
     def __init__(self, config: RankConfig) -> None:
         self.engine = RankEngine(config)
+        self.trimmer = HeapTrimmer()  # as the compute actor trims after each batch (and the partitions)
 
     def update(self, *args, **kw):
         runs = self.engine.update(*args, **kw)
+        self.trimmer.maybe_trim()
         return runs, self.engine.graph_ms
 
     def host_scores(self):
@@ -66,6 +69,7 @@ class EngineActor:
         return None
 
     def memory(self) -> dict[str, int]:
+        self.trimmer.maybe_trim()
         g = self.engine.graph
         held = g.nbytes() + g.out_weight.nbytes
         for algo in self.engine.algorithms.values():

@@ -73,7 +73,10 @@ class RankPartitionActor:
         return getattr(self._part, op)
 
     def call(self, op: str, *args: Any) -> Any:
-        return self._op(op)(*args)
+        out = self._op(op)(*args)
+        if op == "blocks":  # the epoch's last call (the gather): its transient arrays are free now
+            self._trimmer.maybe_trim()
+        return out
 
     def send(self, op: str, *args: Any) -> Any:
         """``op``'s messages, one Ray object each (the caller asks for ``num_returns = parts``)."""
@@ -84,8 +87,7 @@ class RankPartitionActor:
         """``op`` with the first ``parts`` arguments (the messages addressed here, in sender order, which Ray
         resolved before the call) as its list, and the rest as its arguments."""
         msgs, args = list(msgs_then_args[: self._parts]), msgs_then_args[self._parts:]
-        out = self._op(op)(msgs, *args)
-        return out
+        return self._op(op)(msgs, *args)
 
     def memory(self) -> dict[str, int]:
         """This worker's resident set and peak, and the bytes its partition holds (graph, vectors, lists)."""
