@@ -89,10 +89,10 @@ def check_secret(value: str) -> None:
 
 # The most ranking partitions (--compute-partitions). Every round of a partitioned solve is one call to each
 # partition from the compute actor, and a ranked epoch takes ~50-135 rounds (bench/partition_ray.py); an
-# exchange moves P * P messages. Measured on local Ray on this busy 2-core machine (BENCHMARKS.md, "The
-# ranking over P partitions as Ray actors"), one empty round cost 2.5-2.8 ms with one actor, 3.8-4.4 ms with
-# 2 and 8-12 ms with 4: ~2-3 ms per partition called. Even at a tenth of that on a quiet node, 64 partitions'
-# calls would be ~16 ms a round, ~1-2 s of an epoch, longer than one engine's solve of millions of
+# exchange moves P * P messages. Measured on local Ray on this 2-core machine (BENCHMARKS.md, "The ranking
+# over P partitions as Ray actors"), one empty round cost 1.5-2.1 ms with one actor, 2.1-2.9 ms with 2 and
+# 4.3-5.1 ms with 4: ~1-1.3 ms per partition called. Even at a fifth of that on a cluster's idle cores, 64
+# partitions' calls would be ~15 ms a round, ~1-2 s of an epoch, longer than one engine's solve of millions of
 # edges, so more partitions could only slow ranking down; a cluster that wants more needs a driver that
 # reaches its partitions through a tree of calls first.
 MAX_COMPUTE_PARTITIONS = 64
