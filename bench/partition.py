@@ -10,7 +10,8 @@ sweeps, the values exchanged per sweep against n, the bytes the largest partitio
 distance of its ranks from P = 1's (each is within tol of the exact ranks, so at most 2 tol apart).
 
 The partitions run one after another in this process: the figures are the work and the traffic of the
-partitioned solve, not a parallel speed-up (that needs the partitions on their own cores or machines).
+partitioned solve, not a parallel speed-up (that needs the partitions on their own cores or machines;
+``python -m bench.partition_ray`` runs the same epochs with the partitions as Ray actors).
 
     .venv/bin/python -m bench.partition            # R-MAT, 2**19 vertices, 4M edges; a few minutes on 2 cores
     .venv/bin/python -m bench.partition --quick    # 2**16 vertices, 1M edges

@@ -4,8 +4,12 @@ It receives sealed epochs in order from the coordinator (``apply_epochs``: one
 or several at once; several are ranked once, as the newest), and keeps the
 results the API process has not pulled yet (``results_after`` both hands them
 over and acknowledges the ones before), never more than a few. Scores are
-copied to the host in the stage, once per ranked epoch, and nowhere else. The
-only module of the compute stage that imports Ray.
+copied to the host in the stage, once per ranked epoch, and nowhere else. With
+``config.partitions > 1`` it makes its stage's ranking over that many
+:class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors, which it
+owns: they die with it (Ray's ownership) and a relaunched compute actor makes new
+ones. With :mod:`pulsegraph.compute.partition_actor`, the only modules of the
+compute stage that import Ray.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
 from pulsegraph.compute.ids import NameChanges
+from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig
 from pulsegraph.snapshots.checkpoint import loads, read_verified
@@ -39,7 +44,10 @@ class ComputeActor:
         """``restore``: (path, sha256) of the compute part of a checkpoint."""
         configure_logging(log_level)
         saved = None if restore is None else loads(read_verified(Path(restore[0]), restore[1]))
-        self._stage = ComputeStage.made(config or StageConfig(), saved)
+        config = config or StageConfig()
+        # One partition: the stage makes today's engine itself. More: partition actors owned by this one.
+        factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
+        self._stage = ComputeStage.made(config, saved, factory)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
         self._trimmer = HeapTrimmer()
 
@@ -84,4 +92,15 @@ class ComputeActor:
 
     def backend(self) -> str:
         """Where the ranking runs: ``numpy`` or ``cupy``."""
-        return self._stage.engine.be.name
+        return self._stage.backend_name
+
+    def partition_actors(self) -> list:
+        """The handles of the partition actors ranking for this one (none with one partition), so that the
+        wiring can kill them with the rest and wait for their end."""
+        port = getattr(self._stage.engine, "port", None)
+        return list(port.actors) if isinstance(port, RayPartitions) else []
+
+    def partition_memory(self) -> list[dict[str, int]]:
+        """Each partition actor's resident set, its peak and the bytes its partition holds."""
+        port = getattr(self._stage.engine, "port", None)
+        return port.memory() if isinstance(port, RayPartitions) else []

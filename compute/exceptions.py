@@ -21,3 +21,7 @@ class PowerIterationFailedConvergence(ComputeError):
 
 class BackendUnavailable(ComputeError):
     """The configured device cannot be used here."""
+
+
+class PartitionLost(ComputeError):
+    """A compute partition (a Ray actor of --compute-partitions) died while the ranking needed it."""

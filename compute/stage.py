@@ -18,22 +18,36 @@ of the present subgraph, and the result counts the present vertices and carries
 their mask; ``late`` adds up over the epochs merged into one result.
 
 :mod:`pulsegraph.compute.actor` wraps it for Ray; ``bench/replay.py`` drives it directly.
+
+The ranking engine comes from a factory (``engine_factory(rank config, partitions)``) so that the stage
+never learns where the partitions live: one partition is today's
+:class:`~pulsegraph.compute.engine.RankEngine`, made here exactly as before; more are a
+:class:`~pulsegraph.compute.partitioned.PartitionedEngine`, over partitions in this process by default
+(:func:`~pulsegraph.compute.partitioned.make_rank_engine`) or over Ray actors when the compute actor
+hands in :func:`pulsegraph.compute.partition_actor.ray_rank_engine`. Either engine answers the calls the
+stage makes (``update``, ``host_scores``, ``error_bounds``, ``graph_ms``), so a result has the same shape.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
 from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
+
+# The ranking engine of a stage: today's, or the same epochs over P partitions.
+RankingEngine = RankEngine | PartitionedEngine
+# (rank config, partitions) -> the engine; called once per stage, so a restored stage gets new partitions.
+EngineFactory = Callable[[RankConfig, int], RankingEngine]
 
 
 @dataclass
@@ -54,12 +68,14 @@ class SealedEpoch:
 @dataclass(frozen=True, kw_only=True)
 class StageConfig:
     """What a compute stage is made with: the edge types ranked (None: all), the ranking, the
-    applications, and how long a vertex id rests before it is given to another name (None: never)."""
+    applications, how long a vertex id rests before it is given to another name (None: never), and over
+    how many partitions the ranking is solved (1: today's single engine)."""
 
     rank_types: tuple[str, ...] | None = None
     rank: RankConfig = field(default_factory=RankConfig)
     apps: AppConfig = field(default_factory=AppConfig)
     reuse_after: float | None = None
+    partitions: int = 1
 
     @classmethod
     def from_settings(cls, settings, rank_types: tuple[str, ...] | None = None) -> StageConfig:
@@ -67,6 +83,7 @@ class StageConfig:
         return cls(
             rank_types=rank_types, rank=RankConfig.from_settings(settings), apps=AppConfig.from_settings(settings),
             reuse_after=getattr(settings, "id_reuse_after", None),
+            partitions=getattr(settings, "compute_partitions", None) or 1,
         )
 
 
@@ -74,14 +91,25 @@ class ComputeStage:
     def __init__(
         self, rank_types: tuple[str, ...] | None = None, rank: RankConfig | None = None,
         apps: AppConfig | None = None, graph: GlobalGraph | None = None, apps_state: dict | None = None,
-        reuse_after: float | None = None,
+        reuse_after: float | None = None, partitions: int = 1, engine_factory: EngineFactory | None = None,
     ) -> None:
         self.graph = graph if graph is not None else GlobalGraph(reuse_after=reuse_after)
         self.rank_types = tuple(rank_types) if rank_types else None
         self.apps = Applications(apps or AppConfig())
         self.apps.restore(apps_state)
-        self.engine = RankEngine(rank or RankConfig())
+        rank = rank or RankConfig()
+        self.engine: RankingEngine
+        if partitions <= 1 and engine_factory is None:
+            self.engine = RankEngine(rank)  # today's path, untouched
+        else:
+            self.engine = (engine_factory or make_rank_engine)(rank, partitions)
         self.epoch = 0  # the newest epoch merged
+
+    @property
+    def backend_name(self) -> str:
+        """Where the ranking runs: ``numpy`` or ``cupy``."""
+        e = self.engine
+        return e.be.name if isinstance(e, RankEngine) else e.backend_name()
 
     def apply(self, epochs: list[SealedEpoch]) -> EpochResult:
         """Merge ``epochs`` (in order, each newer than the last merged) and rank the newest."""
@@ -155,15 +183,21 @@ class ComputeStage:
     @classmethod
     def restored(
         cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None,
-        reuse_after: float | None = None,
+        reuse_after: float | None = None, partitions: int = 1, engine_factory: EngineFactory | None = None,
     ) -> "ComputeStage":
-        return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"))
+        """The ids and applications of a checkpoint; the ranking starts empty (one partition or P new ones)
+        and is rebuilt from the shards' first, whole deltas, as it always was."""
+        return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"),
+                   partitions=partitions, engine_factory=engine_factory)
 
     @classmethod
-    def made(cls, config: StageConfig, saved: dict | None = None) -> "ComputeStage":
-        """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`)."""
+    def made(cls, config: StageConfig, saved: dict | None = None,
+             engine_factory: EngineFactory | None = None) -> "ComputeStage":
+        """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
+        ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process)."""
         c = config
         if saved is None:
-            return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after)
-        return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after)
+            return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
+                       engine_factory=engine_factory)
+        return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory)
 

@@ -87,6 +87,16 @@ def check_secret(value: str) -> None:
         )
 
 
+# The most ranking partitions (--compute-partitions). Every round of a partitioned solve is one call to each
+# partition from the compute actor, and a ranked epoch takes ~50-135 rounds (bench/partition_ray.py); an
+# exchange moves P * P messages. Measured on local Ray on this 2-core machine (BENCHMARKS.md, "The ranking
+# over P partitions as Ray actors"), one empty round cost 1.5-2.1 ms with one actor, 2.1-2.9 ms with 2 and
+# 4.3-5.1 ms with 4: ~1-1.3 ms per partition called. Even at a fifth of that on a cluster's idle cores, 64
+# partitions' calls would be ~15 ms a round, ~1-2 s of an epoch, longer than one engine's solve of millions of
+# edges, so more partitions could only slow ranking down; a cluster that wants more needs a driver that
+# reaches its partitions through a tree of calls first.
+MAX_COMPUTE_PARTITIONS = 64
+
 # Variables whose values are secrets: read once into the settings, then removed from the environment
 # before any process is started (every child inherits it; none needs them).
 SECRET_VARIABLES = ("PULSEGRAPH_API_TOKEN",)
@@ -204,11 +214,29 @@ class Settings(BaseSettings):
         "ingest stops reading until ranking catches up (backpressure: the lag grows, nothing is lost), so results are never "
         "older than this plus one batch's ranking (default: off: ranking keeps up with the stream by merging larger batches)",
     )
+    compute_partitions: int = Field(
+        1,
+        description="ranking partitions: with more than 1, PageRank and TunkRank are solved over this many Ray actors, spread "
+        f"over the cluster's nodes, each holding the ranked rows and vectors of the vertices it owns (1 to {MAX_COMPUTE_PARTITIONS}; "
+        "default 1: on one machine the partitions' exchange costs more than it spreads, see docs/scaling.md; on a cluster "
+        "use the number of nodes)",
+    )
     retain_epochs: int = Field(120, ge=1, le=100_000, description="epochs whose results the API keeps")
     archive_results: bool = Field(True, description="keep the retained epochs' results under DATA_DIR/results too, so a restart serves the history from before it")
     ray_address: str | None = Field(None, description="join an existing Ray cluster (auto or HOST:PORT) instead of starting a local one")
     num_cpus: int | None = Field(None, ge=1, description="CPUs the embedded Ray instance advertises (default: at least 4)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="how much every process of the service logs: DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("compute_partitions")
+    @classmethod
+    def _compute_partitions(cls, v: int) -> int:
+        if not 1 <= v <= MAX_COMPUTE_PARTITIONS:
+            raise ValueError(
+                f"{v} ranking partitions: give 1 (one compute actor ranks the whole graph) to {MAX_COMPUTE_PARTITIONS} "
+                f"(each partition is called in every round of a solve, so more would cost the compute actor more in calls "
+                f"than they spread); on a cluster, the number of its nodes"
+            )
+        return v
 
     @field_validator("epoch_interval", "id_reuse_after", "header_timeout", "keep_alive_timeout", "send_timeout", "max_result_lag",
                      mode="before")

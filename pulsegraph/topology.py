@@ -26,6 +26,7 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.feed import ResultFeed
 from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.compute.partition_actor import check_gpus
 from pulsegraph.compute.stage import StageConfig
 from pulsegraph.errors import PipelineError, PulsegraphError
 from pulsegraph.identity import check_source_identity, source_identity
@@ -149,6 +150,7 @@ class Pipeline:
         self.recoveries = 0
         self._lost_before: dict[str, int] = {}
         self._lock: DataDirLock | None = None
+        self._partitions: Any = None  # the compute actor's answer: its partition actors' handles
         self.sizing: dict = {}
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
@@ -269,16 +271,21 @@ class Pipeline:
         # measured 127k events/s with one against 225k with two, 2 shards, bench/scale.py).
         n_shards = s.shards or (len(manifest.shards) if manifest else 2 * nodes)
         n_ingest = min(s.ingest_actors or 2 * nodes, len(spec.partition_names()))
-        self.sizing = {"nodes": nodes, "shards": n_shards, "ingest_actors": n_ingest}
+        parts = s.compute_partitions
+        self.sizing = {"nodes": nodes, "shards": n_shards, "ingest_actors": n_ingest, "compute_partitions": parts}
         log.info("launching %d shards and %d ingest actors on %d Ray node(s)", n_shards, n_ingest, nodes)
         if s.source == "synthetic":
             self.events_log.touch()
         restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
+        # With partitions the ranking (and its GPU) is theirs: each asks for a GPU, the compute actor for none.
+        check_gpus(s.device, parts)
+        gpus = 1 if s.device == "cuda" and parts == 1 else 0
         # Actors get typed configs made here, never the Settings: no token or password travels to an actor.
         # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
-        self.compute = ComputeActor.options(num_gpus=1 if s.device == "cuda" else 0).remote(  # type: ignore[attr-defined]
+        self.compute = ComputeActor.options(num_gpus=gpus).remote(  # type: ignore[attr-defined]
             config=StageConfig.from_settings(s, s.ranked_types), restore=restore_ids, log_level=s.log_level,
         )
+        self._partitions = self.compute.partition_actors.remote() if parts > 1 else None
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
         # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
@@ -314,11 +321,21 @@ class Pipeline:
         ]
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
 
+    def _partition_actors(self) -> list:
+        """The compute actor's partition actors, asked for at launch (answered before its first epoch, so a
+        busy compute actor never holds a stop up); none with one partition, or when it died first: Ray ends
+        the actors an actor made when it dies, so its partitions are already going."""
+        try:
+            return [] if self._partitions is None else list(ray.get(self._partitions, timeout=STATUS_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - dead or stuck: its partitions share its fate
+            return []
+
     def _teardown(self) -> None:
         """Kill every actor at once, as a crash would, and wait until they are dead: ``ray.kill`` is
         asynchronous, and a coordinator still alive could append to the epoch log after the next
         generation read it. What survives is on disk."""
-        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute] if a is not None]
+        partitions = self._partition_actors()
+        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute, *partitions] if a is not None]
         for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -478,6 +495,6 @@ class Pipeline:
                 ray.get(self.coordinator.stop.remote(), timeout=60)
             except Exception:  # noqa: BLE001
                 log.exception("coordinator did not stop cleanly")
-        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute]:
+        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute, *self._partition_actors()]:
             if actor is not None:
                 ray.kill(actor)

@@ -117,6 +117,16 @@ class PartitionedEngine:
                                      c.tol, c.dense_switch),
         }
 
+    @property
+    def graph_ms(self) -> float:
+        """The last epoch's merge, as :attr:`RankEngine.graph_ms` is for the compute stage's ``graph_ms``: here
+        the partitions' prepare and absorb rounds (their pushes of the changed rows included)."""
+        return self.merge_ms
+
+    def backend_name(self) -> str:
+        """Where the partitions rank: ``numpy`` or ``cupy`` (the first partition's answer; all are made alike)."""
+        return str(self.port.each("backend_name")[0])
+
     # -- the port, counted --------------------------------------------------------------------------
 
     def call(self, op: str, *args: Any) -> list[Any]:

@@ -32,7 +32,7 @@ class RankPartition:
         "prepare", "absorb_send", "absorb_receive", "sweep_send", "sweep_receive", "settle_send",
         "sparse_receive", "push_stats", "push_send", "push_receive", "residual", "zero", "scratch_init",
         "krylov_begin", "krylov_extend", "krylov_orth", "krylov_dots", "krylov_end", "take_counters",
-        "blocks", "boundary", "nbytes", "local_size",
+        "blocks", "boundary", "nbytes", "local_size", "backend_name",
     })
 
     def __init__(
@@ -289,6 +289,10 @@ class RankPartition:
 
     def local_size(self) -> dict[str, int]:
         return self.space.sizes()
+
+    def backend_name(self) -> str:
+        """Where this partition's arrays live: ``numpy`` or ``cupy``."""
+        return self.be.name
 
     def nbytes(self) -> int:
         """Bytes this partition holds: its graph, its vectors, its ids, ghosts and lists."""

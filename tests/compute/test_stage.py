@@ -87,3 +87,30 @@ def test_global_ids_do_not_depend_on_the_shard_count(seed):
             seen.append(list(stage.graph.names))
         orders[shards] = seen
     assert orders[2] == orders[1] and orders[3] == orders[1] and orders[5] == orders[1]
+
+
+def test_a_stage_over_partitions_publishes_what_one_engine_does():
+    """``partitions=3`` (in this process: the stage's default factory) against today's single engine on the
+    same epochs: the same result fields with the same keys and types, the same graph and applications, ranks
+    within twice the published bound of each other, the same bounds; one partition is today's RankEngine."""
+    from pulsegraph.compute.engine import RankEngine
+    from pulsegraph.compute.partitioned import PartitionedEngine
+    from pulsegraph.compute.stage import StageConfig
+
+    epochs = sealed(1)
+    one = ComputeStage.made(StageConfig(rank_types=("mentions",)))
+    three = ComputeStage.made(StageConfig(rank_types=("mentions",), partitions=3))
+    assert isinstance(one.engine, RankEngine) and isinstance(three.engine, PartitionedEngine)
+    assert three.backend_name == one.backend_name == "numpy"
+    for at, size in [(0, 1), (1, 3), (4, 1), (5, 2), (7, 7)]:
+        batch = epochs[at:at + size]
+        a, b = one.apply(batch), three.apply(batch)
+        assert published(a) == published(b)
+        for field in ("compute_ms", "iterations", "methods", "error_bounds"):
+            assert getattr(a, field).keys() == getattr(b, field).keys(), field
+        assert {k: type(v) for k, v in a.iterations.items()} == {k: type(v) for k, v in b.iterations.items()}
+        assert isinstance(b.graph_ms, float) and b.graph_ms >= 0
+        assert a.error_bounds == b.error_bounds
+        for algo, s in a.scores.items():
+            assert b.scores[algo].dtype == s.dtype and b.scores[algo].shape == s.shape
+            assert np.abs(b.scores[algo] - s).sum() <= 2 * a.error_bounds[algo], algo

@@ -1,0 +1,109 @@
+"""``--compute-partitions``: the setting, and the whole pipeline ranking over partition actors.
+
+The file source runs through real ingest, shard, coordinator and compute actors, the ranking over two
+``RankPartitionActor`` actors; one of them is killed mid-stream (the epoch fails, the pipeline relaunches
+from the newest checkpoint with new partitions). The run must end in the reference graph, with PageRank
+within its published bound of networkx's on that graph and the top ranks of one partition's run, and
+every partition actor it made must be gone once the service stops.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+import ray
+from ray.exceptions import RayActorError
+
+from pulsegraph.cli import main
+from pulsegraph.compute.stage import StageConfig
+from pulsegraph.settings import MAX_COMPUTE_PARTITIONS, Settings
+from pulsegraph.topology import Pipeline
+from tests.graphref import live_digraph, reference
+from tests.pulsegraph.test_pipeline import edge_lines, write
+from tests.pulsegraph.test_recovery import relaunched
+
+
+def test_the_setting_its_default_its_variable_and_its_bounds(monkeypatch, capsys):
+    assert Settings().compute_partitions == 1
+    assert StageConfig.from_settings(Settings()).partitions == 1
+    monkeypatch.setenv("PULSEGRAPH_COMPUTE_PARTITIONS", "3")
+    assert StageConfig.from_settings(Settings()).partitions == 3
+    monkeypatch.delenv("PULSEGRAPH_COMPUTE_PARTITIONS")
+    assert Settings(compute_partitions=MAX_COMPUTE_PARTITIONS).compute_partitions == MAX_COMPUTE_PARTITIONS
+    for bad in (0, -2, MAX_COMPUTE_PARTITIONS + 1):
+        with pytest.raises(ValueError, match=f"{bad} ranking partitions: give 1 .* to {MAX_COMPUTE_PARTITIONS}"):
+            Settings(compute_partitions=bad)
+    assert main(["run", "--compute-partitions", "0"]) == 2  # refused before anything starts
+    err = capsys.readouterr().err
+    assert "--compute-partitions" in err and f"to {MAX_COMPUTE_PARTITIONS}" in err
+
+
+def dead(actor) -> bool:
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=30)
+    except RayActorError:
+        return True
+    return False
+
+
+def run(tmp_path, lines, parts: int, rate: float = 0, kill: bool = False):
+    """The last result of a run over ``lines``, the compute actor's graph, and every partition actor made;
+    ``kill``: one partition actor is killed as soon as the first epoch is served, mid-stream."""
+    (tmp_path / "in").mkdir(parents=True)
+    records = {"file:0": write(tmp_path / "in" / "events.jsonl", lines)}
+    p = Pipeline(Settings(
+        source="file", path=tmp_path / "in" / "events.jsonl", data_dir=tmp_path / "data", epoch_interval="50ms",
+        checkpoint_every=3, rate=rate, shards=2, batch_size=60, compute_partitions=parts, pagerank_tol=1e-9,
+    )).start()
+    made = []
+    try:
+        if kill:
+            first = p.wait_for_epoch(lambda v: True, timeout=60)
+            assert first.result.vector.get("file:0", 0) < len(lines) * 3 // 4, "the stream ended before the kill"
+            made = ray.get(p.compute.partition_actors.remote())
+            assert len(made) == parts
+            ray.kill(made[1], no_restart=True)
+            p.wait_for_epoch(lambda v: relaunched(p, 1), timeout=90)
+        view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
+        now = ray.get(p.compute.partition_actors.remote())
+        assert len(now) == (parts if parts > 1 else 0) and not set(now) & set(made)
+        made += now
+        graph = ray.get(p.compute.snapshot.remote())
+        assert graph == reference(records, view.result.vector, "edges")
+        return view.result, graph, {n: i for i, n in enumerate(p.store.names[: view.result.vertices])}, made
+    finally:
+        p.stop()
+
+
+def ranks_by_name(result, ids: dict[str, int], order: list[str]) -> np.ndarray:
+    """PageRank in ``order`` of names: ids follow the epochs' cuts, which differ between runs."""
+    return result.scores["pagerank"][[ids[n] for n in order]]
+
+
+def test_two_partitions_end_in_the_graph_and_the_top_ranks_of_one(ray_cluster, tmp_path):
+    lines = edge_lines(1600, seed=5)
+    two, graph, names, made = run(tmp_path / "two", lines, parts=2)
+    one, graph_one, names_one, _ = run(tmp_path / "one", lines, parts=1)
+    assert all(dead(a) for a in made)  # stopped with the service
+    assert graph == graph_one and names.keys() == names_one.keys()
+    order = list(names)
+    got, want = ranks_by_name(two, names, order), ranks_by_name(one, names_one, order)
+    bound = two.error_bounds["pagerank"]
+    assert bound == one.error_bounds["pagerank"] == 1e-9
+    assert np.abs(got - want).sum() <= 2 * bound  # each within its bound of the exact ranks
+    kth = np.sort(want)[::-1][9]  # the same top 10, up to ties within the two bounds
+    assert np.all(got[np.argsort(-got, kind="stable")[:10]] >= kth - 2 * bound)
+    assert two.compute_ms.keys() == one.compute_ms.keys() == two.iterations.keys() == two.methods.keys()
+    # TunkRank's bound is tol times the scores' sum rounded up to 2 digits: equal unless the sums straddle a step.
+    assert two.error_bounds["tunkrank"] == pytest.approx(one.error_bounds["tunkrank"], rel=0.1)
+
+
+def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path):
+    lines = edge_lines(1600, seed=6)
+    # 8 s of stream: the partition actors' workers take a few seconds to start on a busy 2-core machine.
+    two, graph, names, made = run(tmp_path, lines, parts=2, rate=200, kill=True)
+    assert len(made) == 4 and all(dead(a) for a in made)  # the killed one, its sibling, the relaunch's two
+    order = list(names)
+    exact = nx.pagerank(live_digraph(graph), alpha=0.85, tol=1e-14, max_iter=10_000)
+    assert np.abs(ranks_by_name(two, names, order) - np.array([exact[n] for n in order])).sum() <= two.error_bounds["pagerank"]
