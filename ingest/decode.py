@@ -144,7 +144,7 @@ class RegistryDecoder:
         library the deserializer itself calls, with what it would otherwise redo for every record made
         once: fastavro with the schema parsed, a JSON Schema validator built (jsonschema-rs: the
         deserializer's jsonschema rebuilds its validator and reference registry per record). Measured on
-        synthetic tweets (``python -m bench.decode``): Avro 99 -> µs a record, JSON Schema 445 -> µs.
+        synthetic tweets (``python -m bench.decode``): Avro 99 -> 12 µs a record, JSON Schema 445 -> 5.5 µs.
         A schema with references or rules takes the deserializer's full path, which resolves and runs them."""
         if schema.references or getattr(schema, "rule_set", None) is not None:
             return self._deserialized
@@ -286,7 +286,7 @@ def _plain_dict(desc: Any, outer: tuple = ()) -> Callable[[Any], dict] | None:
     "Infinity" for those), repeated ones of these, and nested messages of them; None for any other
     message (enums, bytes, floats, maps, well-known types, extensions, recursion), which then goes
     through json_format. Made once per message type: json_format walks each record's descriptors in
-    Python, 90 of the 98 µs a synthetic tweet took (``python -m bench.decode``)."""
+    Python, 90 of the 98 µs a synthetic tweet took (``python -m bench.decode``: 23.5 µs with this)."""
     from google.protobuf.descriptor import FieldDescriptor as F
 
     plain = {F.TYPE_STRING, F.TYPE_BOOL, F.TYPE_INT32, F.TYPE_SINT32, F.TYPE_SFIXED32, F.TYPE_UINT32, F.TYPE_FIXED32}
