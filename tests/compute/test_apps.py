@@ -420,6 +420,7 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
     assert 0 < n_lost < n
 
 
+@pytest.mark.slow  # a BFS down a 65,538-hop chain, ~5 s: make test runs it, make check does not
 def test_a_path_longer_than_uint16_hops_reads_as_unreachable_past_the_last_hop():
     """Distances are uint16: past 65,534 hops a vertex reads as unreachable, and no hop count wraps to 0."""
     from pulsegraph.compute.apps.base import CSR

@@ -101,12 +101,14 @@ def check_rounds(name, rounds):
         assert resolved(fast.take()) == resolved(slow.take())
 
 
+@pytest.mark.slow  # ~8 s of random rounds: make test runs it, make check does not
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(rounds=_rounds, name=st.sampled_from(["tweets", "edges"]))
 def test_batch_path_equals_one_record_at_a_time(rounds, name):
     check_rounds(name, rounds)
 
 
+@pytest.mark.slow  # ~3 s: make test runs it, make check does not
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(rounds=_rounds)
 def test_same_when_the_name_table_is_dropped_every_round(rounds):

@@ -101,6 +101,7 @@ def test_edge_table_sums_commute_and_keeps_slots():
     assert t.live() == 3
 
 
+@pytest.mark.slow  # ~6 s of random streams: make test runs it, make check does not
 @settings(max_examples=100, deadline=None)
 @given(stream=streams(), n_shards=st.integers(1, 3), data=st.data())
 def test_batches_that_arrive_out_of_order_are_counted_and_applied_once(stream, n_shards, data):
