@@ -73,6 +73,9 @@ class _Undo:
     slots: np.ndarray  # sorted
     mult: np.ndarray  # state before this epoch
     weight: np.ndarray
+    # The first epoch its changes cover: ``epoch`` itself, or the first of the sealed epochs merged into
+    # it. Undone, it gives the graph as of ``since - 1``.
+    since: int
 
 
 @dataclass
@@ -175,7 +178,7 @@ class GraphHistory:
                 weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
             order = np.argsort(slots)
             s = slots[order]
-            self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy()))
+            self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy(), covered_from))
             self.mult.put(slots, mult)
             self.weight.view[slots] = weight
             self.changed.view[slots] = epoch
@@ -234,12 +237,14 @@ class GraphHistory:
     @property
     def kept_from(self) -> int:
         """The oldest epoch whose graph this view can give: the first one applied, or the one before
-        the oldest undo record still retained (0: none yet)."""
+        the first epoch the oldest undo record still retained covers (0: none yet)."""
         with self._lock:
             return self._kept_from()
 
     def _kept_from(self) -> int:
-        return max(self._first, self._undo[0].epoch - 1) if self._undo else self._first
+        # Not ``epoch - 1``: a ranked epoch that merged sealed ones (ranking fell behind) undoes them all,
+        # back to the epoch ranked before it.
+        return max(self._first, self._undo[0].since - 1) if self._undo else self._first
 
     def require(self, epoch: int) -> None:
         """Raise :class:`~pulsegraph.api.exceptions.NotFound` for an epoch older than this view keeps (one served

@@ -65,6 +65,25 @@ def test_neighbors_as_of_every_retained_epoch():
     assert g.missed_epochs == 0
 
 
+def test_an_epoch_that_merged_sealed_ones_undoes_back_to_the_ranked_epoch_before():
+    """Ranking fell behind: epoch 4 covers the sealed epochs 2 and 3, so the store retains 1 and 4. The
+    graph as of epoch 1 is still kept after the store forgets what only serves epochs before 1."""
+    epochs = random_epochs(4, seed=5)
+    merged = {**epochs[1][0], **epochs[2][0], **epochs[3][0]}
+    g = GraphHistory(retain=15)
+    g.apply(1, as_changes(epochs[0][0]))
+    g.apply(4, as_changes(merged), since=2)
+    g.forget_before(1)
+    assert g.kept_from == 1 and g.missed_epochs == 0
+    for e, state in ((1, epochs[0][1]), (4, epochs[3][1])):
+        for v in range(30):
+            for direction in ("out", "in"):
+                assert got(g, v, direction, e) == expected(state, v, direction), (e, v, direction)
+    g.apply(5, EdgeChanges.empty())
+    g.forget_before(4)  # epoch 1 left the retention: epoch 4 is the oldest whose graph is kept
+    assert g.kept_from == 4
+
+
 def test_a_gap_is_counted():
     g = GraphHistory()
     g.apply(1, EdgeChanges.empty())
