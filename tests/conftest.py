@@ -22,10 +22,30 @@ KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 INTEGRATION_FIXTURES = frozenset({"ray_cluster", "kafka_broker"})
 
 
+# The longest test files (~60-200 s each under the three workers of make test), longest first: pytest-xdist
+# (--dist loadfile) hands files out in collection order, so these start first and no worker is left
+# running one of them alone at the end (longest first is the classic greedy schedule).
+LONGEST_FILES = (
+    "tests/ingest/test_kafka_secure.py",
+    "tests/ingest/test_chaos.py",
+    "tests/pulsegraph/test_recovery.py",
+    "tests/ingest/test_kafka.py",
+    "tests/pulsegraph/test_results_topic.py",
+    "tests/pulsegraph/test_compute_partitions.py",
+    "tests/ingest/test_kafka_faults.py",
+    "tests/pulsegraph/test_result_lag.py",
+    "tests/test_types.py",  # mypy, ~20-50 s with its cache cold (as in CI)
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    first = {name: i for i, name in enumerate(LONGEST_FILES)}
+    top = Path(__file__).resolve().parent.parent
+    # Stable: a file's tests keep their order, and every other file its place after these.
+    items.sort(key=lambda item: first.get(Path(str(item.path)).relative_to(top).as_posix(), len(first)))
 
 
 @pytest.fixture(scope="session")
