@@ -48,6 +48,9 @@ class ArrayHistory:
         # epoch -> (keys sorted (row << 32 | col), values before the epoch, width before the epoch)
         # or the whole previous array
         self._undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
+        # The epoch of the last undo record dropped: the records still retained go back to it, not to the
+        # oldest one's epoch - 1 (a ranked epoch that merged sealed ones goes back past them). 0: none yet.
+        self._floor = 0
         self._lock = threading.Lock()
 
     def push(self, epoch: int, array: np.ndarray | Patch) -> bool:
@@ -112,13 +115,14 @@ class ArrayHistory:
     def _keep_undo(self, epoch: int, undo: tuple | np.ndarray) -> None:
         self._undo[epoch] = undo
         while len(self._undo) > self.retain:
-            self._undo.popitem(last=False)
+            self._floor, _ = self._undo.popitem(last=False)
 
     def forget_before(self, epoch: int) -> None:
-        """Drop the undo records that only serve epochs before ``epoch`` (that of epoch ``u`` gives ``u - 1``)."""
+        """Drop the undo records that only serve epochs before ``epoch`` (that of epoch ``u`` gives the
+        epoch pushed before ``u``)."""
         with self._lock:
             while self._undo and next(iter(self._undo)) <= epoch:
-                self._undo.popitem(last=False)
+                self._floor, _ = self._undo.popitem(last=False)
 
     def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
         """The undo record of ``epoch`` (the newest pushed) as arrays, for the result archive to keep."""
@@ -152,13 +156,12 @@ class ArrayHistory:
             return True
 
     def covers(self, epoch: int) -> bool:
-        """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one
-        before the oldest undo record still retained, to the newest, but none from a gap on."""
+        """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one the
+        oldest undo record still retained goes back to, to the newest, but none from a gap on."""
         with self._lock:
             if self._current is None or (self._gap is not None and epoch >= self._gap):
                 return False
-            oldest = next(iter(self._undo), None)
-            return epoch >= max(self._first, oldest - 1 if oldest is not None else self._first)
+            return epoch >= max(self._first, self._floor)
 
     def at(self, epoch: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """The entries (rows[i], cols[i]) as of ``epoch`` (``fill`` beyond the array)."""

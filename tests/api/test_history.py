@@ -93,6 +93,20 @@ def test_a_patch_of_a_missed_epoch_leaves_a_gap_until_a_whole_array_comes():
     assert (h.at(6, np.ones(16, np.int64), np.arange(16)) == a6[1]).all()
 
 
+def test_an_epoch_that_merged_sealed_ones_goes_back_to_the_epoch_pushed_before_it():
+    """Ranking fell behind: epoch 4 covers the sealed epochs 2 and 3, so the store keeps 1 and 4, and
+    the arrays as of epoch 1 stay known until epoch 1 leaves the retention."""
+    rng = np.random.default_rng(8)
+    h = ArrayHistory(retain=100, fill=65535)
+    a1 = rng.integers(0, 9, (2, 10)).astype(np.uint16)
+    a4 = _evolve(rng, a1, 12)
+    assert h.push(1, a1.copy()) and h.push(4, _patch_of(1, a1, a4, rng)) and h.push(5, a4.copy())
+    h.forget_before(1)
+    assert h.covers(1) and (h.at(1, np.zeros(12, np.int64), np.arange(12))[:10] == a1[0]).all()
+    h.forget_before(4)
+    assert not h.covers(1) and h.covers(4) and (h.at(4, np.ones(12, np.int64), np.arange(12)) == a4[1]).all()
+
+
 def test_reads_of_old_epochs_stay_right_while_patches_are_written_in_place():
     """A reader takes no lock while it reads the newest array; the feed thread patches it meanwhile."""
     rng = np.random.default_rng(11)
