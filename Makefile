@@ -43,9 +43,10 @@ TEST_WORKERS ?= 3
 test: install test-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-# The quick lane of the edit-test loop, under two minutes (~45 s here, ~65 s with mypy's cache cold): the unit and property tests that start
-# no Ray actor, broker or service (pytest -m, see tests/conftest.py), with ruff, mypy and
-# import-linter (tests/test_lint.py, tests/test_types.py). It needs no Kafka or browser. These tests
+# The quick lane of the edit-test loop, under two minutes (~45 s here, ~65 s with mypy's cache cold):
+# the unit and property tests that start no Ray actor, broker or service (pytest -m, see
+# tests/conftest.py), with ruff, mypy and import-linter (tests/test_lint.py, tests/test_types.py).
+# It needs no Kafka or browser. These tests
 # only compute: one worker per core, and BLAS on one thread each (two workers each spinning up a
 # thread per core only contend).
 CHECK_WORKERS ?= 2
