@@ -393,9 +393,11 @@ class Coordinator:
     def _hand_off(self, batch: list) -> None:
         infos = [info for info, _, _, _ in batch]
         if self._stages.has_consumer:
+            # The mark goes first: the API may serve the ranked epoch as soon as the consumer returns, and a
+            # crash in between would leave a served epoch unmarked, which a re-cut then merges away.
+            self._log.mark_ranked(infos[-1].epoch)
             self._handed = self._stages.consume(infos, [d for _, deltas, _, _ in batch for d in deltas])
             self._ranked_sealed_at = infos[-1].sealed_at
-            self._log.mark_ranked(infos[-1].epoch)
         checkpoint = batch[-1][2]
         if checkpoint is not None:
             epoch, valid, shards_written, late = checkpoint

@@ -197,7 +197,8 @@ class EpochLog:
     epoch behind the back of the generation that replaces it.
 
     Beside it, ``<path>.ranked`` lists the epochs the consumer ranked (:meth:`mark_ranked`), one number a
-    line: the ends of the hand-offs, each sealed epoch between two of them merged into the later one. A
+    line: the ends of the hand-offs, each sealed epoch between two of them merged into the later one,
+    each written as its hand-off starts (before the API can serve the epoch). A
     re-cut after a crash ends its hand-offs at the same epochs, so the API, which kept the results of
     before the crash, is served the same epochs again, and the epochs never ranked are merged as any
     others are, not ranked one by one. The marks are a hint, not a promise: written without an fsync

@@ -121,6 +121,21 @@ def test_a_busy_consumer_gets_every_epoch_sealed_meanwhile_in_one_hand_off_endin
     assert status["ranked"] == 12 and status["queued"] == 0
 
 
+def test_a_hand_off_is_marked_ranked_before_the_consumer_can_publish_it(tmp_path, harnesses):
+    """The API serves an epoch as soon as the consumer has ranked it; were the mark written after, a crash in
+    between would leave a served epoch unmarked, and the re-cut would merge it into a later one."""
+    data = tmp_path / "data"
+    gate = threading.Event()
+    h = Harness(CoordinatorConfig(log_path=str(data / "epochs.log"), data_dir=str(data)), gate)
+    harnesses.append(h)
+    h.cut(1)
+    wait_for(lambda: h.stages.batches == [[1]], "epoch 1 was not handed over")
+    assert EpochLog.read_ranked(str(data / "epochs.log")) == [1], "the consumer is still ranking epoch 1"
+    gate.set()
+    h.coordinator.flush()
+    assert h.coordinator.status()["ranked"] == 1
+
+
 def test_the_queue_for_a_busy_consumer_is_full_at_its_bytes_bound_and_empty_once_merged(tmp_path, harnesses):
     """What is sealed and not merged yet is bounded by its deltas' bytes: the status says the queue is full
     (the supervisor then pauses ingest) once the batch in the consumer's hands and the epochs sealed
