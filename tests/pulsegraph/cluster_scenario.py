@@ -3,9 +3,10 @@
 The test session already holds an embedded Ray instance, and a process joins one
 cluster only; so tests/pulsegraph/test_cluster.py runs this script. It starts a
 head and two worker nodes, runs the pipeline against the real Kafka broker with
-``ray_address`` set (the shards must spread over the nodes), removes a worker
-node holding shards mid-stream, and checks the outcome: a relaunch, and the exact
-graph at the end. Exit code 0 and a JSON line on
+``ray_address`` set and three ranking partitions (``--compute-partitions 3``; the
+shards must spread over the nodes), removes a worker node holding shards
+mid-stream, and checks the outcome: a relaunch with new partitions, the exact graph
+at the end, and PageRank within its published bound of networkx's on that graph. Exit code 0 and a JSON line on
 stdout mean every check held; anything else is a failure with the reason.
 
     python -m tests.pulsegraph.cluster_scenario --bootstrap B --topic T --data-dir D
@@ -19,13 +20,15 @@ import sys
 import threading
 import time
 
+import networkx as nx
+import numpy as np
 import ray
 from ray.cluster_utils import Cluster
 
 from pulsegraph.produce import produce
 from pulsegraph.settings import Settings
 from pulsegraph.topology import Pipeline
-from tests.graphref import reference
+from tests.graphref import live_digraph, reference
 from tests.ingest.test_kafka import consume_all, end_vector, produce_args
 
 # Small nodes: three of them share this machine's two cores and memory.
@@ -49,6 +52,7 @@ def main() -> int:
     settings = Settings(
         source="kafka", bootstrap=args.bootstrap, topic=args.topic, transform="tweets", ray_address=cluster.address,
         shards=4, ingest_actors=2, epoch_interval="300ms", data_dir=args.data_dir, checkpoint_every=2,
+        compute_partitions=3, pagerank_tol=1e-9,
     )
     sealed: list = []
     p = Pipeline(settings, on_epoch=lambda v: sealed.append(v.result)).start()
@@ -59,6 +63,8 @@ def main() -> int:
         shard_nodes = ray.get([s.node_id.remote() for s in p.shards])
         out["shard_nodes"] = len(set(shard_nodes))
         assert len(set(shard_nodes)) > 1, f"all shards on one node: {shard_nodes}"
+        before = ray.get(p.compute.partition_actors.remote())
+        assert len(before) == 3, f"{len(before)} partition actors, not 3"
         feeder = threading.Thread(
             target=produce, args=(produce_args(_Broker(args.bootstrap), args.topic, limit=12_000, rate=2000, seed=21),)
         )
@@ -70,13 +76,22 @@ def main() -> int:
         feeder.join(timeout=180)
         records = consume_all(args.bootstrap, args.topic)
         want_vector = end_vector(records)
-        p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
+        view = p.wait_for_epoch(lambda v: v.result.vector == want_vector, timeout=240)
         deadline = time.monotonic() + 120
         while ray.get(p.coordinator.status.remote())["vector"] != want_vector and time.monotonic() < deadline:
             time.sleep(0.2)
         ray.get(p.coordinator.flush.remote())
         graph = ray.get(p.compute.snapshot.remote())
         assert graph == reference(records, want_vector, "tweets"), "the final graph differs from the reference"
+        after = ray.get(p.compute.partition_actors.remote())
+        assert len(after) == 3 and not set(after) & set(before), "the relaunch did not make three new partitions"
+        # The ranks the partitions solved: within the bound the epoch publishes of networkx's exact ones.
+        r = view.result
+        exact = nx.pagerank(live_digraph(graph, ("mentions",)), alpha=0.85, tol=1e-14, max_iter=10_000)
+        names = p.store.names[: r.vertices]
+        off = float(np.abs(r.scores["pagerank"][: len(names)] - np.array([exact[n] for n in names])).sum())
+        assert off <= r.error_bounds["pagerank"], f"PageRank is {off} off networkx's, past its bound {r.error_bounds['pagerank']}"
+        out["pagerank_l1_off"] = off
         # Every sealed epoch the API received is exactly the reference at its vector: no partial transaction.
         for r in sealed:
             assert (r.vertices, r.edges) == live_counts(reference(records, r.vector, "tweets")), f"epoch {r.epoch} is partial"

@@ -1,4 +1,5 @@
-"""Scale-out on Ray's multi-node test cluster: three nodes, shards spread over them, a node lost mid-stream.
+"""Scale-out on Ray's multi-node test cluster: three nodes, shards and three ranking partitions spread over
+them, a node lost mid-stream.
 
 Each scenario runs in its own process (tests/pulsegraph/cluster_scenario.py): a
 process joins one Ray cluster, and this session already holds the embedded one.
@@ -29,7 +30,7 @@ def scenario(broker, topic: str, data_dir: Path) -> dict:
 
 # One scenario, not two: a cluster takes ~20 s to start on two cores, and the spread it checks first
 # is what the lost node then takes shards away from.
-def test_shards_spread_over_three_nodes_and_losing_one_mid_stream_ends_in_the_exact_graph(kafka_broker, tmp_path):
+def test_shards_and_partitions_over_three_nodes_losing_one_mid_stream_end_in_the_exact_graph_and_ranks(kafka_broker, tmp_path):
     topic = kafka_broker.topic()
     produce(produce_args(kafka_broker, topic, limit=500, partitions=4))
     result = scenario(kafka_broker, topic, tmp_path / "data")
