@@ -5,8 +5,11 @@ Ray actors) on 127.0.0.1, waits for a ranking, then drives each route with
 Debian's ``wrk`` (``apt-get install -y wrk``) and prints one Markdown table row
 per route for BENCHMARKS.md, with the machine it ran on. The pipeline keeps
 ingesting and sealing epochs through the whole run; the row says how many.
+``--compute-partitions 1 3`` runs the service once per count, one after the other, for
+the reads side by side with the ranking over that many partition actors.
 
     .venv/bin/python -m bench.api --seconds 20 --connections 64
+    .venv/bin/python -m bench.api --seconds 15 --compute-partitions 1 3
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from bench.machine import describe as machine
 
 ROUTES = {
     "top-10": "/v1/rank/top?k=10",
-    "vertex": "/v1/vertices/user1",
+    "vertex": "/v1/vertices/user12",
+    "neighbors": "/v1/vertices/user12/neighbors",
+    "topics": "/v1/topics?k=20",
     "latest epoch": "/v1/epochs/latest",
 }
 
@@ -66,16 +71,29 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--rate", type=float, default=1000, help="events/s the pipeline ingests meanwhile")
     ap.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of: {', '.join(ROUTES)}")
+    ap.add_argument("--compute-partitions", type=int, nargs="+", default=[1], help="one service run per count, in turn")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         print("bench.api needs wrk: apt-get install -y wrk", file=sys.stderr)
         return 2
+    print(f"machine: {machine()}")
+    print(f"wrk -t{args.threads} -c{args.connections} -d{int(args.seconds)}s, pipeline ingesting {args.rate:g} events/s\n")
+    print("| partitions | route | requests/s | p50 ms | p99 ms | non-2xx | epochs sealed during the run |")
+    print("|---|---|---|---|---|---|---|")
+    for parts in args.compute_partitions:
+        serve_and_drive(args, parts)
+    return 0
+
+
+def serve_and_drive(args: argparse.Namespace, parts: int) -> None:
+    """One ``pulsegraph run`` with ``parts`` ranking partitions, each route driven by wrk in turn."""
     exe = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
     port = free_port()
     data = tempfile.mkdtemp(prefix="pg-bench-api-")
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [exe, "run", "--port", str(port), "--data-dir", data, "--rate", str(args.rate), "--log-level", "WARNING"],
+        [exe, "run", "--port", str(port), "--data-dir", data, "--rate", str(args.rate), "--log-level", "WARNING",
+         "--compute-partitions", str(parts)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=data,
     )
     try:
@@ -90,15 +108,11 @@ def main() -> int:
                 pass
             time.sleep(0.5)
         wrk(base + ROUTES["top-10"], 3, args.connections, args.threads)  # warm-up
-        print(f"machine: {machine()}")
-        print(f"wrk -t{args.threads} -c{args.connections} -d{int(args.seconds)}s, pipeline ingesting {args.rate:g} events/s\n")
-        print("| route | requests/s | p50 ms | p99 ms | non-2xx | epochs sealed during the run |")
-        print("|---|---|---|---|---|---|")
         for name in args.routes.split(","):
             e0 = httpx.get(base + "/v1/epochs/latest", timeout=5).json()["epoch"]
             r = wrk(base + ROUTES[name], args.seconds, args.connections, args.threads)
             e1 = httpx.get(base + "/v1/epochs/latest", timeout=5).json()["epoch"]
-            print(f"| `{ROUTES[name]}` | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non2xx']} | {e1 - e0} |", flush=True)
+            print(f"| {parts} | `{ROUTES[name]}` | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non2xx']} | {e1 - e0} |", flush=True)
             if r["socket_errors"]:
                 print(f"  (wrk socket errors: {r['socket_errors']})")
     finally:
@@ -108,7 +122,6 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(data, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
