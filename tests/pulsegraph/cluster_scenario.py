@@ -6,8 +6,9 @@ head and two worker nodes, runs the pipeline against the real Kafka broker with
 ``ray_address`` set and three ranking partitions (``--compute-partitions 3``; the
 shards must spread over the nodes), removes a worker node holding shards
 mid-stream, and checks the outcome: a relaunch with new partitions, the exact graph
-at the end, and PageRank within its published bound of networkx's on that graph. Exit code 0 and a JSON line on
-stdout mean every check held; anything else is a failure with the reason.
+at the end, and PageRank within its published bound of networkx's on that graph.
+Exit code 0 and a JSON line on stdout mean every check held; anything else is a
+failure with the reason.
 
     python -m tests.pulsegraph.cluster_scenario --bootstrap B --topic T --data-dir D
 """
