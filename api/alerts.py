@@ -68,10 +68,13 @@ class _Kept:
     previous_epoch: int | None
     items: tuple[tuple[int, bytes], ...]
     dropped: int
+    # The epoch's vector: an epoch taken back at a start and then dropped as another history may come again
+    # under its number with other contents (a snapshot is a function of its vector, not of its number).
+    vector: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def of(cls, got: EpochAlerts) -> "_Kept":
-        return cls(got.epoch, got.previous_epoch, tuple((a["rule"], kept_json(a)) for a in got.alerts), got.dropped)
+    def of(cls, got: EpochAlerts, vector: tuple[tuple[str, int], ...] = ()) -> "_Kept":
+        return cls(got.epoch, got.previous_epoch, tuple((a["rule"], kept_json(a)) for a in got.alerts), got.dropped, vector)
 
 
 class AlertBook:
@@ -180,9 +183,10 @@ class AlertBook:
         e = view.result.epoch
         prev = view.previous.result.epoch if view.previous is not None else None
         got = self._cache.get(e)
-        if got is None or got.previous_epoch != prev:
+        vector = tuple(sorted(view.result.vector.items()))
+        if got is None or got.previous_epoch != prev or got.vector != vector:
             # The first time, or its previous epoch left the retention (then it has none, as after a restart).
-            got = self._cache[e] = _Kept.of(evaluate(view, list(self._rules.values()), self.store))
+            got = self._cache[e] = _Kept.of(evaluate(view, list(self._rules.values()), self.store), vector)
         self._evaluated_through = max(self._evaluated_through, e)
         return got
 

@@ -25,12 +25,21 @@ epoch facts (epochs, top, a vertex's scores and history, movers, trends,
 topics), while neighbors, paths and components per vertex are answered from the
 epoch the pipeline restored onwards (older ones get a 404 that says so).
 
-An archived history is only taken back when it is the history the pipeline
-recovered: the first epoch the restarted pipeline publishes must be in the
-archive with the same vector (a snapshot is a pure function of its vector, so
-same vector, same epoch), or directly follow the archive's newest epoch with a
-vector that contains it. Anything else (a wiped epoch log, another stream in the
-same folder) starts the archive afresh, with a log line saying so.
+The vertex names those answers need are the compute stage's, which a restart
+gives the API only with the pipeline's first epoch; so the archive keeps them too,
+in ``names.log`` (:class:`NamesJournal`: each pull's name changes, tagged with the
+newest epoch they came with, rewritten as one whole list when the changes outgrow
+it). With them a restarted service takes its archived history back as soon as its
+process starts (:meth:`ResultArchive.take_back`), before Ray and the pipeline are
+up, and serves it provisionally.
+
+An archived history is only kept when it is the history the pipeline recovered
+(:meth:`ResultArchive.confirm`): the first epoch the restarted pipeline publishes
+must be in the archive with the same vector (a snapshot is a pure function of its
+vector, so same vector, same epoch), or directly follow the archive's newest epoch
+with a vector that contains it. Anything else (a wiped epoch log, another stream in
+the same folder) starts the archive afresh, with a log line saying so, and the
+store drops what it served provisionally.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import logging
 import os
 import pickle
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +60,7 @@ import numpy as np
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.apps.runner import typed_results
+from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 
 log = logging.getLogger(__name__)
@@ -57,6 +68,11 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch-(\d{12})\.res$")
 MAGIC = b"PGRES2\n"
 _ALIGN = 64
+NAMES_FILE = "names.log"
+# The journal is rewritten as one whole list once its changes outweigh that list this many times over
+# (and at least JOURNAL_MIN bytes): a name is written ~1 + 1 / JOURNAL_SHARE times over its life.
+JOURNAL_SHARE = 2
+JOURNAL_MIN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -174,13 +190,113 @@ def read_mapped(path: Path, verify: bool = True) -> Any:
     return _fill(pickle.loads(header), _Map(path), base)
 
 
+def apply_names(names: list[str], changes: NameChanges) -> list[str]:
+    """``names`` (by id) after ``changes``, in place when it can be: renames first, then the names from
+    ``start`` on (:class:`~pulsegraph.compute.ids.NameChanges`); ``start == 0`` gives the whole list."""
+    if changes.start == 0:
+        return list(changes.names)
+    end = max(len(names), changes.start + len(changes.names))
+    if changes.start > len(names):
+        raise ValueError(f"names from id {changes.start} on, but only {len(names)} are known")
+    names.extend([""] * (end - len(names)))
+    for i, n in zip(np.asarray(changes.ids).tolist(), changes.renamed):
+        if not 0 <= i < end:
+            raise ValueError(f"a renamed id {i} is outside the {end} ids known")
+        names[i] = n
+    names[changes.start : changes.start + len(changes.names)] = changes.names
+    return names
+
+
+class NamesJournal:
+    """``names.log`` in the archive's folder: the vertex names as the API received them, so that a restart can
+    name its archived epochs before the compute stage is up.
+
+    Each record is one pull's :class:`~pulsegraph.compute.ids.NameChanges`, tagged with the newest epoch the
+    store held after it: ``length (4 bytes) | crc32 (4 bytes) | pickle((epoch, changes))``, appended without
+    fsync (as the epoch files: a power cut costs the newest few, and :meth:`replay` stops at a torn or
+    foreign record). A whole list (``start == 0``: the first pull after a start) replaces the file, and so
+    does :meth:`compact` once the changes outweigh the list; so the file stays within a few times the
+    names' own size."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._bytes = self.path.stat().st_size if self.path.exists() else 0
+        self._whole = 0  # the size of the whole list the file starts with (0: unknown, or none)
+
+    def append(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
+        """Journal ``changes`` (which made ``names``, the store's list now) as of ``epoch``. Raises OSError."""
+        if changes.start == 0:
+            self._rewrite(epoch, changes)
+            return
+        record = self._record(epoch, changes)
+        with open(self.path, "ab") as fh:
+            fh.write(record)
+        self._bytes += len(record)
+        if self._bytes > max(JOURNAL_MIN, JOURNAL_SHARE * self._whole):
+            self._rewrite(epoch, NameChanges(0, names))
+
+    def _rewrite(self, epoch: int, whole: NameChanges) -> None:
+        record = self._record(epoch, whole)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(record)
+        os.replace(tmp, self.path)
+        self._bytes = self._whole = len(record)
+
+    @staticmethod
+    def _record(epoch: int, changes: NameChanges) -> bytes:
+        body = pickle.dumps((epoch, changes), protocol=5)
+        return len(body).to_bytes(4, "little") + zlib.crc32(body).to_bytes(4, "little") + body
+
+    def replay(self, through: int) -> list[str] | None:
+        """The names as of epoch ``through``: every record tagged at or below it, in order (a pull that
+        changed no name wrote none). None when that cannot be trusted: no journal, one that does not begin
+        with a whole list (a write failed and it was dropped), or a torn record before the first one tagged
+        above ``through`` (the changes it held are lost)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        names: list[str] | None = None
+        at = 0
+        while at < len(data):
+            size, crc = int.from_bytes(data[at : at + 4], "little"), int.from_bytes(data[at + 4 : at + 8], "little")
+            body = data[at + 8 : at + 8 + size]
+            if len(body) != size or zlib.crc32(body) != crc:
+                log.warning("result archive: %s is torn at byte %d", self.path, at)
+                return None
+            try:
+                epoch, changes = pickle.loads(body)
+            except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as exc:
+                log.warning("result archive: %s holds a record it cannot read (%s)", self.path, exc)
+                return None
+            if epoch > through:
+                break
+            if names is None and changes.start != 0:
+                return None  # changes to a list it never held
+            try:
+                names = apply_names(names or [], changes)
+            except ValueError as exc:
+                log.warning("result archive: %s does not replay (%s)", self.path, exc)
+                return None
+            at += 8 + size
+        return names
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._bytes = self._whole = 0
+
+
 class ResultArchive:
     def __init__(self, root: Path, retain: int) -> None:
         self.root = Path(root)
         self.retain = retain
         self.root.mkdir(parents=True, exist_ok=True)
         self.latest = max(self._epochs(), default=0)
-        # The ranks stored with the epochs history_before() took back, by epoch (memory-mapped).
+        self.names = NamesJournal(self.root / NAMES_FILE)
+        # The epochs taken back (take_back, or history_before), verified and memory-mapped: result and ranks.
+        self._taken: dict[int, tuple[EpochResult, dict | None]] | None = None
+        # The ranks stored with the epochs taken back, by epoch (memory-mapped).
         self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
         # Epochs whose write failed (a full disk, no file descriptor left), oldest first: written again,
         # in order, before any newer one, so that a passing fault leaves no gap in the archive.
@@ -249,38 +365,79 @@ class ResultArchive:
         for e in epochs[: max(0, len(epochs) - self.retain)]:
             self._path(e).unlink(missing_ok=True)
 
-    def history_before(self, first_live: EpochResult) -> list[EpochResult]:
-        """The archived results older than ``first_live`` (the first epoch the pipeline published since
-        it started), oldest first, when they belong to the same history; else none, and the archive
-        is cleared so that it restarts with this history.
+    def save_names(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
+        """Journal the names a pull brought (see :class:`NamesJournal`); a disk error is logged, and the journal
+        is dropped: a restart then names its archived epochs only once the pipeline is up, as before."""
+        try:
+            self.names.append(epoch, changes, names)
+        except OSError as exc:
+            log.error("result archive: the vertex names not kept on disk (%s); a restart serves the archived epochs "
+                      "only once the pipeline is up. Operator action if this repeats: check the disk under %s.", exc, self.root)
+            self.names.clear()
+
+    def _take(self) -> dict[int, tuple[EpochResult, dict | None]]:
+        """Every retained epoch file that checks out (verified: another process wrote it), read once."""
+        if self._taken is None:
+            self._taken = {}
+            for e in self._epochs()[-self.retain :]:
+                got = self._load(e)
+                if got is not None:
+                    self._taken[e] = (got[0], got[1])
+        return self._taken
+
+    def take_back(self) -> tuple[list[EpochResult], NameChanges, dict[int, dict[str, np.ndarray]]] | None:
+        """At a start, before the pipeline is up: the archived epochs, oldest first, the names as of the newest,
+        and their ranks by epoch, to serve provisionally until :meth:`confirm` says whether the pipeline
+        recovered this history. None when there is nothing to take back, or the names do not reach the newest
+        epoch (an archive written before names were journaled, or a torn journal): :meth:`history_before`
+        then takes the epochs back with the pipeline's first epoch, named by it."""
+        epochs = self._epochs()
+        if not epochs:
+            return None
+        names = self.names.replay(epochs[-1])
+        if names is None:
+            log.info("result archive: the vertex names do not reach epoch %d; the archived epochs are served once the "
+                     "pipeline is up", epochs[-1])
+            return None
+        taken = self._take()
+        if not taken:
+            return None
+        log.info("result archive: serving %d epochs (%d..%d) from before the restart while the pipeline starts",
+                 len(taken), min(taken), max(taken))
+        ranks = {e: r for e, (_, r) in taken.items() if r is not None}
+        return [r for _, (r, _) in sorted(taken.items())], NameChanges(0, names), ranks
+
+    def confirm(self, first_live: EpochResult) -> int:
+        """Whether the epochs taken back are the history the pipeline recovered, given ``first_live`` (the
+        first epoch it published since it started): the epoch the kept history ends below (``first_live``'s;
+        the recovered epochs from it on are published again), or 0 when nothing is kept, and the archive is
+        cleared so that it restarts with this history.
 
         The archive may end a few epochs before ``first_live`` when that is the first epoch after a
         restore: epochs sealed and checkpointed before a crash, but not yet ranked, are not cut again,
         and the restored graph holds their changes. ``first_live`` then covers them, as a ranked epoch
         covers the sealed epochs merged into it, and its ``skipped`` is extended to name them."""
         k = first_live.epoch
+        taken = self._take()
         epochs = self._epochs()
         older = [e for e in epochs if e < k][-self.retain :]
         if not older:
             self._clear(epochs, k, "nothing archived before it" if epochs else None)
-            return []
-        same = self._load(k) if k in epochs else None
+            return 0
         if k in epochs:
-            ok = same is not None and same[0].vector == first_live.vector
+            ok = k in taken and taken[k][0].vector == first_live.vector
         else:
-            newest = self._load(older[-1])
+            newest = taken.get(older[-1])
             ok = (
                 (older[-1] == k - 1 or first_live.full_changes) and newest is not None
                 and all(first_live.vector.get(p, -1) >= o for p, o in newest[0].vector.items())
             )
         if not ok:
             self._clear(epochs, k, "its epochs are not the history the pipeline recovered")
-            return []
-        got = [x for x in (self._load(e) for e in older) if x is not None]
-        loaded = [r for r, _, _ in got]
-        self.loaded_ranks = {r.epoch: ranks for r, ranks, _ in got if ranks is not None}
+            return 0
+        self.loaded_ranks = {e: r for e, (_, r) in taken.items() if e in older and r is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
-        self.latest = max(e for e in epochs if e < k)
+        self.latest = older[-1]
         gap = range(self.latest + 1, first_live.skipped[0] if first_live.skipped else k)
         if gap:
             first_live.skipped = [*gap, *first_live.skipped]
@@ -289,8 +446,18 @@ class ResultArchive:
         for e in epochs:
             if e >= k:
                 self._path(e).unlink(missing_ok=True)
-        log.info("result archive: serving %d epochs from before the restart (%d..%d)", len(loaded), older[0], older[-1])
-        return loaded
+        for e in [e for e in taken if e >= k or e not in older]:
+            del taken[e]
+        log.info("result archive: the %d epochs from before the restart (%d..%d) are the recovered history",
+                 len(taken), older[0], older[-1])
+        return k
+
+    def history_before(self, first_live: EpochResult) -> list[EpochResult]:
+        """The archived results older than ``first_live`` (see :meth:`confirm`), oldest first, when they belong
+        to the same history; else none, and the archive is cleared. For a start that took nothing back."""
+        if not self.confirm(first_live):
+            return []
+        return [r for _, (r, _) in sorted(self._take().items())]
 
     def clear(self) -> None:
         """Forget every archived epoch (a service that does not take its history back starts afresh)."""
@@ -302,5 +469,8 @@ class ResultArchive:
                         len(epochs), why, first_live)
         for e in epochs:
             self._path(e).unlink(missing_ok=True)
+        self.names.clear()
         self.latest = 0
         self._unsaved.clear()
+        self._taken = {}
+        self.loaded_ranks = {}

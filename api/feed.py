@@ -2,9 +2,11 @@
 
 One actor call per poll, not per request: the API answers from the store (which
 archives each new epoch itself). With a :class:`~pulsegraph.api.archive.ResultArchive` to
-resume from, on its first poll after a start it puts the archived epochs from
-before the restart in front of the live ones (the archive decides whether they
-belong).
+resume from, the first epoch the pipeline publishes after a start settles the archived
+history: the epochs the store took back at the start (and served while the pipeline
+started) are kept or dropped as the archive decides; when none were taken back
+(their names were not journaled), the archived epochs from before the restart are
+put in front of the live ones then.
 
 What comes over from the compute actor is copied into this process's own memory at once
 (:func:`owned`): Ray hands big arrays over as views of its shared object store, and one view kept
@@ -72,15 +74,26 @@ class ResultFeed:
 
     def poll(self) -> list[EpochView]:
         whole, self._store.resend_whole = self._store.resend_whole, False
-        results, names = ray.get(self.compute.results_after.remote(self._store.latest_epoch, len(self._store.names), whole))
+        # Epochs taken back at the start are not the compute stage's: until its first epoch, ask for all it has.
+        taken_back = self._store.provisional
+        after, named = (0, 0) if taken_back else (self._store.latest_epoch, len(self._store.names))
+        results, names = ray.get(self.compute.results_after.remote(after, named, whole))
         results = owned(results)
-        if not self._resumed and results and self._archive is not None:
+        if taken_back and not results:
+            return []  # its names alone would rename the epochs served meanwhile
+        settle = None
+        if taken_back:
+            self._resumed = True
+            # Keep what is the recovered history; the rest is published again (or was another history).
+            first = min(results, key=lambda r: r.epoch)
+            settle = self._archive.confirm(first) if self._archive is not None else 0
+        elif not self._resumed and results and self._archive is not None:
             self._resumed = True
             earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
             # Epochs from before the restart are history, not news: no listener hears of them.
             self._store.add(earlier, names, notify=False, ranks_of=self._archive.loaded_ranks)
             names = None  # applied with the archived epochs already
-        views = self._store.add(results, names)
+        views = self._store.add(results, names, settle=settle)
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)

@@ -200,6 +200,9 @@ class ResultStore:
         self._algorithms: tuple[str, ...] = ()
         self._listeners: list[Callable[[EpochView], None]] = []
         self._lock = threading.Lock()
+        # Epochs taken back from the archive at a start and served before the pipeline's first epoch says
+        # whether they are its history (take_back, add's settle): nothing is published from them meanwhile.
+        self.provisional = False
 
     def subscribe(self, listener: Callable[[EpochView], None]) -> None:
         """Call ``listener(view)`` from the feed thread for each epoch added from now on; it must not block."""
@@ -213,11 +216,14 @@ class ResultStore:
 
     def add(
         self, results: list[EpochResult], names: NameChanges | None, notify: bool = True,
-        ranks_of: dict[int, dict[str, np.ndarray]] | None = None,
+        ranks_of: dict[int, dict[str, np.ndarray]] | None = None, settle: int | None = None,
     ) -> list[EpochView]:
         """Keep new epochs (ignoring ones already kept) and what the vertex names did since (None:
         nothing); listeners hear of each new epoch unless ``notify`` is false. ``ranks_of``: ranks
-        already known, by epoch (an archived epoch's); the others are computed."""
+        already known, by epoch (an archived epoch's); the others are computed. ``settle``: these are the
+        pipeline's first epochs after epochs were taken back (:meth:`take_back`), which are kept below
+        ``settle`` (:meth:`ResultArchive.confirm`) and dropped from it on, in the same swap: no reader
+        sees the store between the two."""
         views = []
         for r in sorted(results, key=lambda r: r.epoch):
             top: dict[str, np.ndarray] = {}
@@ -240,24 +246,12 @@ class ResultStore:
         update = None
         if names is not None and (names.start == 0 or names.names or len(names.ids)):
             update = names_update(self.names, self.index, self._sorted_names, names)
-        undo: dict[int, dict[str, np.ndarray]] = {}
-        for v in views:
-            full = bool(getattr(v.result, "full_changes", False))
-            e = v.result.epoch
-            rec: dict[str, np.ndarray] = {}
-            if v.result.edge_changes is not None or full:  # archived epochs carry no graph
-                skipped = v.result.skipped
-                self.graph.apply(e, v.result.edge_changes, full, skipped[0] if skipped else None)
-                v.result.edge_changes = None  # the graph history has them now
-                rec.update(self.graph.undo_record(e) or {})
-            if self._keep_apps(v):
-                for (app, f), history in self._histories().items():
-                    rec.update({f"{app}.{f}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
-            if rec:
-                undo[e] = rec
+        undo = self._keep_changes(views)
         if self.archive is not None and notify:
             self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo)
         with self._lock:
+            if settle is not None:
+                self._settle(settle)
             if update is not None:
                 self._apply_names(update)
             for v in views:
@@ -287,10 +281,7 @@ class ResultStore:
                 first = next(iter(self._epochs.values()), None)
                 if first is not None:
                     first.previous = None
-            algos: set[str] = set()
-            for v in self._epochs.values():
-                algos.update(v.result.scores)
-            self._algorithms = tuple(sorted(algos))
+            self._refresh_algorithms()
             listeners = list(self._listeners) if notify else []
             cold = list(self._epochs.values())[:-HOT_EPOCHS]
             oldest = next(iter(self._epochs), None)
@@ -300,6 +291,10 @@ class ResultStore:
             self.graph.forget_before(oldest)
             for history in self._histories().values():
                 history.forget_before(oldest)
+        if self.archive is not None and update is not None and names is not None and not self.provisional:
+            # After the swap: a journal rewritten whole writes the list as it is now (this is the only writer).
+            # Not the names taken back at a start: the journal holds them already.
+            self.archive.save_names(newest.epoch if newest is not None else 0, names, self.names)
         self._cool(cold)
         for v in views:
             for listener in listeners:
@@ -308,6 +303,55 @@ class ResultStore:
                 except Exception:  # noqa: BLE001 - a consumer's fault must not stop the feed
                     log.exception("epoch listener failed")
         return views
+
+    def take_back(self, results: list[EpochResult], names: NameChanges, ranks_of: dict[int, dict[str, np.ndarray]]) -> None:
+        """At a start, before the pipeline is up: the archived epochs (:meth:`ResultArchive.take_back`), served
+        provisionally until the pipeline's first epochs settle them (:meth:`add`); no listener hears of them,
+        and the archive is not written."""
+        self.provisional = True
+        self.add(results, names, notify=False, ranks_of=ranks_of)
+
+    def _settle(self, keep_below: int) -> None:
+        """Keep the epochs taken back below ``keep_below`` (0: none, they were another history) and drop the
+        rest, which the pipeline publishes again (under the lock; see :meth:`add`)."""
+        dropped = [e for e in self._epochs if e >= keep_below]
+        for e in dropped:
+            for s in self._epochs.pop(e).result.skipped:
+                self._merged_into.pop(s, None)
+        if keep_below == 0:
+            self._merged_into.clear()
+        self._refresh_algorithms()
+        self.provisional = False
+        if dropped:
+            log.info("result store: %d epochs served from the archive (%d..%d) %s", len(dropped), dropped[0], dropped[-1],
+                     "are published again by the pipeline" if keep_below else "were another history: dropped")
+
+    def _keep_changes(self, views: list[EpochView]) -> dict[int, dict[str, np.ndarray]]:
+        """Move the epochs' edge changes into the graph view and their applications' per-vertex arrays into
+        the histories; the undo records that made, by epoch (to archive with each)."""
+        undo: dict[int, dict[str, np.ndarray]] = {}
+        for v in views:
+            full = bool(getattr(v.result, "full_changes", False))
+            e = v.result.epoch
+            rec: dict[str, np.ndarray] = {}
+            if v.result.edge_changes is not None or full:  # archived epochs carry no graph
+                skipped = v.result.skipped
+                self.graph.apply(e, v.result.edge_changes, full, skipped[0] if skipped else None)
+                v.result.edge_changes = None  # the graph history has them now
+                rec.update(self.graph.undo_record(e) or {})
+            if self._keep_apps(v):
+                for (app, f), history in self._histories().items():
+                    rec.update({f"{app}.{f}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
+            if rec:
+                undo[e] = rec
+        return undo
+
+    def _refresh_algorithms(self) -> None:
+        """The algorithms any retained epoch has scores for (under the lock)."""
+        algos: set[str] = set()
+        for v in self._epochs.values():
+            algos.update(v.result.scores)
+        self._algorithms = tuple(sorted(algos))
 
     def _apply_names(self, u: NamesUpdate) -> None:
         """Swap in a :func:`names_update` (under the lock)."""

@@ -23,8 +23,7 @@ vector and so the same after any recovery; its scores are not bit for bit: a
 ranking re-solved after a restore starts from another point, and agrees with the
 first solve within twice the stated bound (scores are written to the digits the
 bound leaves meaningful). On each start the re-cut of the last committed epoch,
-when the service holds it, is compared with the committed record, and /health
-says how it compared (``results.recut``).
+when the service holds it, is compared with the committed record (/health: ``results.recut``).
 
 Alerts (:mod:`pulsegraph.api.alerts`) go to ``T.alerts`` (one partition too): for every epoch record of T, one
 record in T.alerts with the same key, the epoch's alerts as one JSON object
@@ -258,8 +257,9 @@ class ResultPublisher:
                         break
                     self._connect()
                     backoff = BACKOFF_S
-                self._check_recut()
-                self._publish_pending()
+                if not self.store.provisional:  # epochs taken back at a start are not known to be the history yet
+                    self._check_recut()
+                    self._publish_pending()
                 self.state, self.error = "publishing", None
             except _Fenced as exc:
                 self.state, self.error = "fenced", str(exc)

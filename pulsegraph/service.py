@@ -189,12 +189,10 @@ def _serve(settings: Settings, limits: EdgeLimits, sock: socket.socket) -> int:
     except PulsegraphError as exc:  # its data folder's files cannot be trusted (the alert rules)
         log.error("%s", exc)
         return 1
-    log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
     try:
-        pipeline.start()
+        pipeline.open()  # the folder's lock, and its archived history taken back to serve at once
     except PulsegraphError as exc:
         log.error("%s", exc)
-        pipeline.stop()
         return 1
     app = build_app(settings, pipeline, limits)
     server = _Server(
@@ -204,7 +202,12 @@ def _serve(settings: Settings, limits: EdgeLimits, sock: socket.socket) -> int:
         ),
         on_exit=app.state.broadcaster.close,
     )
+    server.config.load()  # uvicorn's own imports, on this thread, before the pipeline's thread starts Ray
     host, port = sock.getsockname()[:2]
+    # Serving starts now, on the archived epochs; Ray and the actors start meanwhile (seconds), and an
+    # error only the operator can fix there ends the service below (pipeline.fatal), as one later would.
+    log.info("starting: source %s, Ray %s", settings.source, settings.ray_address or "embedded")
+    pipeline.start_in_background()
     log.info("serving on http://%s:%d/  (top ranks: /v1/rank/top?k=10, API docs: /docs)", host, port)
     # uvicorn shuts down gracefully on SIGINT and SIGTERM, then re-raises the
     # signal; make SIGTERM an interrupt too, so the pipeline below is stopped.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,53 +36,21 @@ from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
 from pulsegraph.ingest.sources.kafka_faults import diagnose
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
+from pulsegraph.ray_cluster import alive_nodes, init_ray
 from pulsegraph.results_topic import ResultPublisher
-from pulsegraph.settings import Settings, drop_secrets_from_environment
+from pulsegraph.settings import Settings
 from pulsegraph.snapshots.coordinator import CoordinatorConfig
 from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
 from pulsegraph.snapshots.recovery import RecoveryPlan, plan_recovery
 from pulsegraph.snapshots.shard import ShardActor
-from pulsegraph.supervisor import OBJECT_STORE_BYTES, STATUS_TIMEOUT_S, Supervisor
+from pulsegraph.supervisor import STATUS_TIMEOUT_S, Supervisor
 
 log = logging.getLogger(__name__)
 
-# The embedded Ray instance advertises at least this many CPUs: actors hold
-# none while they run, but each needs one to be scheduled.
-MIN_LOCAL_CPUS = 4
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
-
-
-def init_ray(settings: Settings) -> None:
-    """Join the cluster at ``--ray-address``, or start the embedded Ray instance; nothing if already joined.
-
-    Every process Ray starts inherits this one's environment (the GCS and raylets from it, the workers
-    from the raylet), so the secrets the settings read from it are dropped from it first: no actor
-    needs the API token. The embedded instance is one node on this machine: it listens on loopback
-    only, and runs without what the service does not use (the dashboard, usage reports, metrics export).
-    """
-    if ray.is_initialized():
-        return
-    drop_secrets_from_environment()
-    if settings.ray_address:
-        ray.init(address=settings.ray_address, logging_level=logging.WARNING)
-        return
-    _loopback_node()
-    # Usage reports go to Ray's servers once an hour unless told not to; an embedded instance never phones home
-    # (an operator who sets the variable decides otherwise).
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(
-        address="local",
-        num_cpus=max(settings.num_cpus or os.cpu_count() or 1, MIN_LOCAL_CPUS),
-        object_store_memory=OBJECT_STORE_BYTES,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        # The service has its own /metrics; Ray's per-worker metrics export would only cost CPU. Nor
-        # does it list Ray's tasks: their events (every actor call: status polls, epochs) go to the GCS,
-        # which keeps 100,000 by default. Ray's own processes rose 0.2 GB over an hour's soak and then
-        # levelled off, as a filling buffer would; 1,000 are enough to look at a stuck call.
-        _system_config={"enable_metrics_collection": False, "task_events_max_num_task_in_gcs": 1000},
-    )
+# How long stop() waits for a start under way on its own thread: Ray's start and the actors' launch.
+STARTER_JOIN_S = 120.0
 
 
 def _summed(*counts: dict[str, int]) -> dict[str, int]:
@@ -92,23 +59,6 @@ def _summed(*counts: dict[str, int]) -> dict[str, int]:
         for k, n in c.items():
             out[k] = out.get(k, 0) + n
     return out
-
-
-def _loopback_node() -> None:
-    """Make the embedded Ray node's address 127.0.0.1, so that its GCS, raylet, workers, runtime-env agent
-    and autoscaler metrics bind loopback only (Ray binds its servers to the node's address, or every
-    interface). ``ray.init(_node_ip_address="127.0.0.1")`` cannot do it: Ray swaps a loopback address
-    for the machine's outward one. Ray uses loopback itself where it does not run clusters (its
-    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` switch, read when ray is imported); the switch is set here
-    for this instance. tests/pulsegraph/test_exposure.py checks what listens where, so a Ray that
-    changes this fails there, not silently."""
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-def alive_nodes() -> int:
-    return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
 
 
 def spread(items: list[str], n: int) -> list[list[str]]:
@@ -135,8 +85,6 @@ class Pipeline:
         # The newest epoch archived before this start: the floor of a new rule's since_epoch (epochs up to
         # it may have been given out with their alerts already, and are cut again or taken back).
         given_out = self.archive.latest
-        if not self.settings.archive_results:
-            self.archive.clear()
         self.store = ResultStore(self.settings.retain_epochs, self.archive)
         # The alert rules live in the data folder (an unreadable file stops the start, naming what to do).
         self.alerts = AlertBook(self.store, self.settings.data_dir / RULES_FILE, floor=given_out)
@@ -150,6 +98,7 @@ class Pipeline:
         self.recoveries = 0
         self._lost_before: dict[str, int] = {}
         self._lock: DataDirLock | None = None
+        self._starter: threading.Thread | None = None
         self._partitions: Any = None  # the compute actor's answer: its partition actors' handles
         self.sizing: dict = {}
         budget = self.settings.memory_budget
@@ -195,11 +144,24 @@ class Pipeline:
         s = self.settings
         return s.path if s.source == "file" else s.data_dir / "events.jsonl"
 
+    def open(self) -> "Pipeline":
+        """Lock the data folder (a second service on it must refuse before it touches anything in it) and take
+        the archived history back into the store, to be served before Ray and the actors are up (the
+        pipeline's first epoch then confirms it, see :mod:`pulsegraph.api.archive`). :meth:`start` opens
+        the pipeline first when this was not called."""
+        if self._lock is not None:
+            return self
+        self._lock = DataDirLock(self.settings.data_dir).acquire()
+        if not self.settings.archive_results:
+            self.archive.clear()
+        elif (taken := self.archive.take_back()) is not None:
+            self.store.take_back(*taken)
+        return self
+
     def start(self) -> "Pipeline":
         """Start the pipeline. With Kafka this returns at once: the actors are launched as soon as the
         broker answers, and until then /health says the ingest is disconnected."""
-        # First: a second service on this folder must refuse before it touches anything in it.
-        self._lock = DataDirLock(self.settings.data_dir).acquire()
+        self.open()
         init_ray(self.settings)
         # Build Ray's serialization context here, on this thread: built first on the launcher
         # thread, it races the main thread's imports (pydantic.v1) and fails.
@@ -213,6 +175,30 @@ class Pipeline:
             self._launch_and_feed()
         threading.Thread(target=self.supervisor.run, name="pipeline-status", daemon=True).start()
         return self
+
+    def start_in_background(self) -> None:
+        """:meth:`start` on a thread of its own, for a service that answers from the archived history while
+        Ray and the actors start (seconds). An error only the operator can fix (the data folder holds
+        another source's history, a GPU missing) gives up as a failed relaunch does: :attr:`fatal`."""
+        # Ray builds its serialization context on that thread and imports pydantic's compatibility module
+        # then: imported here first, it cannot race an import of the thread that serves.
+        import ray._common.pydantic_compat  # noqa: F401
+
+        # Ray sets its SIGTERM handler on the main thread only, and says so; the service sets its own.
+        logging.getLogger("ray._private.worker").addFilter(lambda r: "SIGTERM handler is not set" not in r.getMessage())
+
+        def run() -> None:
+            try:
+                self.start()
+            except PulsegraphError as exc:
+                if not self._stop.is_set():
+                    self._give_up(str(exc))
+            # The thread stays until the service stops: Ray starts its daemons (GCS, raylet) with a parent
+            # death signal, and Linux sends it when the *thread* that forked them ends, not the process.
+            self._stop.wait()
+
+        self._starter = threading.Thread(target=run, name="pipeline-start", daemon=True)
+        self._starter.start()
 
     def _launch_and_feed(self, background: bool = False) -> None:
         try:
@@ -461,12 +447,13 @@ class Pipeline:
         return self._launched.wait(timeout)
 
     def wait_for_epoch(self, predicate, timeout: float = 60.0) -> EpochView:
-        """Block until the API store holds an epoch that satisfies ``predicate``."""
+        """Block until the newest epoch of the API store satisfies ``predicate``, once the pipeline published
+        one (not while the store serves only the epochs it took back at the start)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 view = self.store.get()
-                if predicate(view):
+                if not self.store.provisional and predicate(view):
                     return view
             except NotFound:
                 pass
@@ -475,6 +462,8 @@ class Pipeline:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._starter is not None:
+            self._starter.join(STARTER_JOIN_S)  # a start under way (Ray's own start) ends first
         with self._lifecycle:  # a relaunch in progress finishes first, so nothing is left behind
             self._stop_locked()
         if self._lock is not None:

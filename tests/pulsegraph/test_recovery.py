@@ -235,10 +235,21 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
     p.wait_for_epoch(lambda v: v.result.epoch >= 8 and CheckpointStore(tmp_path / "data").latest() is not None, timeout=60)
     crash(p)  # the feed stops first: every epoch it took in is archived
     before = {v.result.epoch: v for v in p.store.recent(10_000)}
+    named = list(p.store.names)
     cut = max(e.epoch for e in EpochLog.read(str(tmp_path / "data" / "epochs.log")))
     restored = CheckpointStore(tmp_path / "data").latest().epoch
-    p = Pipeline(settings(tmp_path, rate=0)).start()
+    p = Pipeline(settings(tmp_path, rate=0)).open()
     try:
+        # Before Ray and the actors: the archived epochs are served as they were, with their names.
+        client = TestClient(create_app(p.store))
+        assert p.store.provisional and p.store.epoch_numbers() == sorted(before)
+        for e in sorted(before):
+            assert client.get(f"/v1/epochs/{e}").json() == orjson.loads(orjson.dumps(before[e].info))
+        newest = max(before)
+        top = client.get("/v1/rank/top", params={"epoch": newest, "k": 5}).json()["items"]
+        assert [t["vertex"] for t in top] == [named[i] for i in before[newest].top["pagerank"][:5]]
+        assert p.store.names[: before[newest].result.vertices] == named[: before[newest].result.vertices]
+        p.start()
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
         assert ray.get(p.compute.snapshot.remote()) == reference(records, view.result.vector)
         # The first epoch after the one restored from the checkpoint: the graph is kept from there on.

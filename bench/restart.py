@@ -1,0 +1,152 @@
+"""How soon a restarted service answers again: its retained epochs, then a new one.
+
+    .venv/bin/python -m bench.restart --users 3000000 --run 120
+
+Runs ``pulsegraph run`` on the synthetic stream (``--rate 0``: as fast as it goes) for ``--run``
+seconds, SIGKILLs every process of it (the driver, Ray's daemons, the actors: a crash, no final
+checkpoint), starts it again on the same data folder and polls ``/v1/epochs`` every 20 ms from the
+moment the process is started. Prints, from the process start: when the API first answered,
+when it first answered with the retained epochs (and that they are the ones served before the
+crash, fact for fact), and when the first epoch newer than those was served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+EXE = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
+POLL_S = 0.02
+
+
+@dataclass
+class Restart:
+    before: list[dict]  # /v1/epochs items served before the crash, newest first
+    first_answer_s: float  # the API answered at all (any status)
+    archived_s: float  # it answered /v1/epochs with epochs, all from before the crash
+    first_archived: list[dict]  # that answer's items
+    new_epoch_s: float  # an epoch newer than every one served before the crash
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    def __init__(self, data_dir: Path, log_path: Path, args: list[str]) -> None:
+        self.data_dir, self.log_path, self.args = data_dir, log_path, args
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> float:
+        with open(self.log_path, "ab") as log:
+            t0 = time.monotonic()
+            self.proc = subprocess.Popen(
+                [EXE, "run", "--port", str(self.port), "--data-dir", str(self.data_dir), *self.args],
+                stdout=log, stderr=log, start_new_session=True,
+            )
+        return t0
+
+    def get(self, path: str, **params) -> httpx.Response | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}{path}", params=params, timeout=2)
+        except httpx.TransportError:
+            return None
+
+    def epochs(self) -> list[dict] | None:
+        r = self.get("/v1/epochs", limit=1000)
+        return r.json()["items"] if r is not None and r.status_code == 200 else None
+
+    def alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError("the service exited:\n" + self.log_path.read_bytes()[-3000:].decode(errors="replace"))
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the service's session, as a crash of the machine's service would."""
+        subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
+
+
+def measure(work: Path, args: list[str], run_s: float, min_epochs: int = 3, timeout: float = 180.0) -> Restart:
+    """Run the service for ``run_s`` seconds (and until it served ``min_epochs``), crash it, restart it."""
+    svc = Service(work / "data", work / "service.log", args)
+    svc.start()
+    try:
+        t0, before = time.monotonic(), []
+        while time.monotonic() - t0 < timeout and (time.monotonic() - t0 < run_s or len(before) < min_epochs):
+            svc.alive()
+            before = svc.epochs() or before
+            time.sleep(0.5)
+        if len(before) < min_epochs:
+            raise RuntimeError(f"{len(before)} epochs served in {timeout} s")
+        # The newest ones, as the API had them just before the crash (the archive writes each as it comes).
+        before = svc.epochs() or before
+        svc.kill()
+        t0 = svc.start()
+        first = archived = new = None
+        first_items: list[dict] = []
+        newest = before[0]["epoch"]
+        while time.monotonic() - t0 < timeout and new is None:
+            svc.alive()
+            r = svc.get("/v1/epochs", limit=1000)
+            now = time.monotonic() - t0
+            if r is not None and first is None:
+                first = now
+            items = r.json()["items"] if r is not None and r.status_code == 200 else []
+            if items and archived is None:
+                archived, first_items = now, items
+            if items and items[0]["epoch"] > newest:
+                new = now
+            time.sleep(POLL_S)
+        if first is None or archived is None or new is None:
+            raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")
+        return Restart(before, first, archived, first_items, new)
+    finally:
+        svc.stop()
+
+
+def main() -> int:
+    from bench.machine import describe as machine
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", type=int, default=3_000_000)
+    ap.add_argument("--run", type=float, default=120.0, help="seconds the service runs before the crash")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
+    got = measure(work, ["--rate", "0", "--users", str(args.users), "--log-level", "WARNING"], args.run)
+    before = {e["epoch"]: e for e in got.before}
+    same = all(before.get(e["epoch"]) == e for e in got.first_archived)
+    print(f"machine: {machine()}")
+    print(f"before the crash: {len(got.before)} epochs served, newest {got.before[0]['epoch']} "
+          f"({got.before[0]['vertices']:,} vertices, {got.before[0]['edges']:,} edges)")
+    print(f"after the restart, from the process start: API answering {got.first_answer_s:.2f} s; "
+          f"{len(got.first_archived)} retained epochs answered {got.archived_s:.2f} s "
+          f"({'each as before the crash' if same else 'NOT as before the crash'}); first new epoch {got.new_epoch_s:.2f} s")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
