@@ -50,16 +50,17 @@ import logging
 import os
 import pickle
 import re
-import zlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.apps.runner import typed_results
+from pulsegraph.api.names import NAMES_FILE, NamesJournal
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 
@@ -68,11 +69,6 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch-(\d{12})\.res$")
 MAGIC = b"PGRES2\n"
 _ALIGN = 64
-NAMES_FILE = "names.log"
-# The journal is rewritten as one whole list once its changes outweigh that list this many times over
-# (and at least JOURNAL_MIN bytes): a name is written ~1 + 1 / JOURNAL_SHARE times over its life.
-JOURNAL_SHARE = 2
-JOURNAL_MIN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -158,9 +154,41 @@ def write_mapped(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _extent(obj: Any) -> int:
+    """Where the arrays of a header end, from the start of the first one."""
+    if isinstance(obj, _Ref):
+        return obj.offset + int(np.prod(obj.shape)) * np.dtype(obj.dtype).itemsize
+    if isinstance(obj, dict):
+        return max((_extent(v) for v in obj.values()), default=0)
+    if isinstance(obj, list):
+        return max((_extent(v) for v in obj), default=0)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return max((_extent(getattr(obj, f.name)) for f in dataclasses.fields(obj)), default=0)
+    return 0
+
+
+def digest_ok(path: Path) -> bool:
+    """Whether the file's trailing sha256 is that of all before it (a full read of the file)."""
+    try:
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256()
+            total = os.fstat(fh.fileno()).st_size - 32
+            left = total
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 24))
+                if not chunk:
+                    return False
+                digest.update(chunk)
+                left -= len(chunk)
+            return total >= 0 and fh.read(32) == digest.digest()
+    except OSError:
+        return False
+
+
 def read_mapped(path: Path, verify: bool = True) -> Any:
-    """What :func:`write_mapped` wrote, its arrays memory-mapped; ``verify`` checks the digest first
-    (a full read of the file), for files this process did not just write itself."""
+    """What :func:`write_mapped` wrote, its arrays memory-mapped. ``verify`` checks the digest first (a full
+    read of the file), for files this process did not just write itself; without it, the file must at least
+    be long enough for every array the header names (a map past its end would fault on first read)."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(len(MAGIC))
@@ -170,121 +198,17 @@ def read_mapped(path: Path, verify: bool = True) -> Any:
             header = fh.read(size)
             if len(header) != size:
                 raise ArchiveError(f"{path}: cut short")
-            if verify:
-                fh.seek(0)
-                digest = hashlib.sha256()
-                total = os.fstat(fh.fileno()).st_size - 32
-                left = total
-                while left > 0:
-                    chunk = fh.read(min(left, 1 << 24))
-                    if not chunk:
-                        raise ArchiveError(f"{path}: cut short")
-                    digest.update(chunk)
-                    left -= len(chunk)
-                if total < 0 or fh.read(32) != digest.digest():
-                    raise ArchiveError(f"{path}: checksum mismatch")
+            length = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise ArchiveError(f"{path}: {exc}") from exc
+    if verify and not digest_ok(path):
+        raise ArchiveError(f"{path}: checksum mismatch")
     base = len(MAGIC) + 8 + size
     base += -base % _ALIGN
-    return _fill(pickle.loads(header), _Map(path), base)
-
-
-def apply_names(names: list[str], changes: NameChanges) -> list[str]:
-    """``names`` (by id) after ``changes``, in place when it can be: renames first, then the names from
-    ``start`` on (:class:`~pulsegraph.compute.ids.NameChanges`); ``start == 0`` gives the whole list."""
-    if changes.start == 0:
-        return list(changes.names)
-    end = max(len(names), changes.start + len(changes.names))
-    if changes.start > len(names):
-        raise ValueError(f"names from id {changes.start} on, but only {len(names)} are known")
-    names.extend([""] * (end - len(names)))
-    for i, n in zip(np.asarray(changes.ids).tolist(), changes.renamed):
-        if not 0 <= i < end:
-            raise ValueError(f"a renamed id {i} is outside the {end} ids known")
-        names[i] = n
-    names[changes.start : changes.start + len(changes.names)] = changes.names
-    return names
-
-
-class NamesJournal:
-    """``names.log`` in the archive's folder: the vertex names as the API received them, so that a restart can
-    name its archived epochs before the compute stage is up.
-
-    Each record is one pull's :class:`~pulsegraph.compute.ids.NameChanges`, tagged with the newest epoch the
-    store held after it: ``length (4 bytes) | crc32 (4 bytes) | pickle((epoch, changes))``, appended without
-    fsync (as the epoch files: a power cut costs the newest few, and :meth:`replay` stops at a torn or
-    foreign record). A whole list (``start == 0``: the first pull after a start) replaces the file, and so
-    does :meth:`compact` once the changes outweigh the list; so the file stays within a few times the
-    names' own size."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._bytes = self.path.stat().st_size if self.path.exists() else 0
-        self._whole = 0  # the size of the whole list the file starts with (0: unknown, or none)
-
-    def append(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
-        """Journal ``changes`` (which made ``names``, the store's list now) as of ``epoch``. Raises OSError."""
-        if changes.start == 0:
-            self._rewrite(epoch, changes)
-            return
-        record = self._record(epoch, changes)
-        with open(self.path, "ab") as fh:
-            fh.write(record)
-        self._bytes += len(record)
-        if self._bytes > max(JOURNAL_MIN, JOURNAL_SHARE * self._whole):
-            self._rewrite(epoch, NameChanges(0, names))
-
-    def _rewrite(self, epoch: int, whole: NameChanges) -> None:
-        record = self._record(epoch, whole)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(record)
-        os.replace(tmp, self.path)
-        self._bytes = self._whole = len(record)
-
-    @staticmethod
-    def _record(epoch: int, changes: NameChanges) -> bytes:
-        body = pickle.dumps((epoch, changes), protocol=5)
-        return len(body).to_bytes(4, "little") + zlib.crc32(body).to_bytes(4, "little") + body
-
-    def replay(self, through: int) -> list[str] | None:
-        """The names as of epoch ``through``: every record tagged at or below it, in order (a pull that
-        changed no name wrote none). None when that cannot be trusted: no journal, one that does not begin
-        with a whole list (a write failed and it was dropped), or a torn record before the first one tagged
-        above ``through`` (the changes it held are lost)."""
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        names: list[str] | None = None
-        at = 0
-        while at < len(data):
-            size, crc = int.from_bytes(data[at : at + 4], "little"), int.from_bytes(data[at + 4 : at + 8], "little")
-            body = data[at + 8 : at + 8 + size]
-            if len(body) != size or zlib.crc32(body) != crc:
-                log.warning("result archive: %s is torn at byte %d", self.path, at)
-                return None
-            try:
-                epoch, changes = pickle.loads(body)
-            except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as exc:
-                log.warning("result archive: %s holds a record it cannot read (%s)", self.path, exc)
-                return None
-            if epoch > through:
-                break
-            if names is None and changes.start != 0:
-                return None  # changes to a list it never held
-            try:
-                names = apply_names(names or [], changes)
-            except ValueError as exc:
-                log.warning("result archive: %s does not replay (%s)", self.path, exc)
-                return None
-            at += 8 + size
-        return names
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self._bytes = self._whole = 0
+    got = pickle.loads(header)
+    if length < base + _extent(got) + 32:
+        raise ArchiveError(f"{path}: cut short")
+    return _fill(got, _Map(path), base)
 
 
 class ResultArchive:
@@ -294,8 +218,11 @@ class ResultArchive:
         self.root.mkdir(parents=True, exist_ok=True)
         self.latest = max(self._epochs(), default=0)
         self.names = NamesJournal(self.root / NAMES_FILE)
-        # The epochs taken back (take_back, or history_before), verified and memory-mapped: result and ranks.
+        # The epochs taken back (take_back, or history_before), memory-mapped: result and ranks.
         self._taken: dict[int, tuple[EpochResult, dict | None]] | None = None
+        # Set once every epoch taken back has been checked against its digest (take_back defers it).
+        self._verified = threading.Event()
+        self._verified.set()
         # The ranks stored with the epochs taken back, by epoch (memory-mapped).
         self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
         # Epochs whose write failed (a full disk, no file descriptor left), oldest first: written again,
@@ -375,22 +302,40 @@ class ResultArchive:
                       "only once the pipeline is up. Operator action if this repeats: check the disk under %s.", exc, self.root)
             self.names.clear()
 
-    def _take(self) -> dict[int, tuple[EpochResult, dict | None]]:
-        """Every retained epoch file that checks out (verified: another process wrote it), read once."""
+    def _take(self, verify: bool = True) -> dict[int, tuple[EpochResult, dict | None]]:
+        """Every retained epoch file that checks out (``verify``: against its digest, as another process wrote
+        it; else :meth:`verify_taken` does, later), read once."""
         if self._taken is None:
             self._taken = {}
             for e in self._epochs()[-self.retain :]:
-                got = self._load(e)
+                got = self._load(e, verify)
                 if got is not None:
                     self._taken[e] = (got[0], got[1])
         return self._taken
+
+    def verify_taken(self, drop: Callable[[list[int]], None]) -> list[int]:
+        """Check each epoch :meth:`take_back` took against its digest (the full read it deferred, so that the
+        epochs are served at once), hand those that fail to ``drop`` (the store's, to stop serving them), and
+        forget them; :meth:`confirm` waits for this. The epochs that failed."""
+        try:
+            bad = [e for e in sorted(self._taken or {}) if not digest_ok(self._path(e))]
+            for e in bad:
+                log.warning("result archive: skipping epoch %d (checksum mismatch)", e)
+                del self._taken[e]  # type: ignore[union-attr]
+            if bad:
+                drop(bad)
+            return bad
+        finally:
+            self._verified.set()
 
     def take_back(self) -> tuple[list[EpochResult], NameChanges, dict[int, dict[str, np.ndarray]]] | None:
         """At a start, before the pipeline is up: the archived epochs, oldest first, the names as of the newest,
         and their ranks by epoch, to serve provisionally until :meth:`confirm` says whether the pipeline
         recovered this history. None when there is nothing to take back, or the names do not reach the newest
         epoch (an archive written before names were journaled, or a torn journal): :meth:`history_before`
-        then takes the epochs back with the pipeline's first epoch, named by it."""
+        then takes the epochs back with the pipeline's first epoch, named by it. Their digests are not read
+        here (a full read of every file: ~1.2 s for 1.1 GB); :meth:`verify_taken` reads them next, while
+        they are served, and drops any that fails."""
         epochs = self._epochs()
         if not epochs:
             return None
@@ -399,9 +344,10 @@ class ResultArchive:
             log.info("result archive: the vertex names do not reach epoch %d; the archived epochs are served once the "
                      "pipeline is up", epochs[-1])
             return None
-        taken = self._take()
+        taken = self._take(verify=False)
         if not taken:
             return None
+        self._verified.clear()
         log.info("result archive: serving %d epochs (%d..%d) from before the restart while the pipeline starts",
                  len(taken), min(taken), max(taken))
         ranks = {e: r for e, (_, r) in taken.items() if r is not None}
@@ -417,6 +363,7 @@ class ResultArchive:
         restore: epochs sealed and checkpointed before a crash, but not yet ranked, are not cut again,
         and the restored graph holds their changes. ``first_live`` then covers them, as a ranked epoch
         covers the sealed epochs merged into it, and its ``skipped`` is extended to name them."""
+        self._verified.wait()
         k = first_live.epoch
         taken = self._take()
         epochs = self._epochs()

@@ -11,6 +11,10 @@ list rebuilt now and then and a small one of the names indexed since, so an epoc
 names cost what they are. One sorted list, rebuilt whenever a name came (every epoch of a
 growing graph), cost a pass over every name an epoch: 0.6-0.8 s and a new list of 3 M
 pointers at 3 M vertices (``bench.structures api-names``).
+
+The names on disk are :class:`NamesJournal` (``<data_dir>/results/names.log``, the result
+archive's): what each pull changed, so that a restart names the epochs it serves from the
+archive before the compute stage is up (:mod:`pulsegraph.api.archive`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import logging
+import os
+import pickle
+import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -29,6 +38,13 @@ from pulsegraph.compute.ids import NameChanges
 # it (and at least REBUILD_MIN): amortized, a name is copied 1 / REBUILD_SHARE times over its life.
 REBUILD_SHARE = 0.125
 REBUILD_MIN = 4096
+NAMES_FILE = "names.log"
+# The journal is rewritten as one whole list once its changes outweigh that list this many times over
+# (and at least JOURNAL_MIN bytes): a name is written ~1 + 1 / JOURNAL_SHARE times over its life.
+JOURNAL_SHARE = 2
+JOURNAL_MIN = 1 << 20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,3 +146,101 @@ def names_update(names: list[str], index: dict[str, int], sorted_names: SortedNa
         sorted_names, writes={i: n for i, n in final.items() if i < len(names)},
         tail=[final.get(i, "") for i in range(len(names), end)], index=moved,
     )
+
+
+def apply_names(names: list[str], changes: NameChanges) -> list[str]:
+    """``names`` (by id) after ``changes``, in place when it can be: renames first, then the names from
+    ``start`` on (:class:`~pulsegraph.compute.ids.NameChanges`); ``start == 0`` gives the whole list. The
+    list alone, as :func:`names_update` makes it, without the index a replay does not need."""
+    if changes.start == 0:
+        return list(changes.names)
+    end = max(len(names), changes.start + len(changes.names))
+    if changes.start > len(names):
+        raise ValueError(f"names from id {changes.start} on, but only {len(names)} are known")
+    names.extend([""] * (end - len(names)))
+    for i, n in zip(np.asarray(changes.ids).tolist(), changes.renamed):
+        if not 0 <= i < end:
+            raise ValueError(f"a renamed id {i} is outside the {end} ids known")
+        names[i] = n
+    names[changes.start : changes.start + len(changes.names)] = changes.names
+    return names
+
+
+class NamesJournal:
+    """``names.log`` in the archive's folder: the vertex names as the API received them, so that a restart can
+    name its archived epochs before the compute stage is up.
+
+    Each record is one pull's :class:`~pulsegraph.compute.ids.NameChanges`, tagged with the newest epoch the
+    store held after it: ``length (4 bytes) | crc32 (4 bytes) | pickle((epoch, changes))``, appended without
+    fsync (as the epoch files: a power cut costs the newest few, and :meth:`replay` stops at a torn or
+    foreign record). A whole list (``start == 0``: the first pull after a start) replaces the file, and so
+    does :meth:`compact` once the changes outweigh the list; so the file stays within a few times the
+    names' own size."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._bytes = self.path.stat().st_size if self.path.exists() else 0
+        self._whole = 0  # the size of the whole list the file starts with (0: unknown, or none)
+
+    def append(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
+        """Journal ``changes`` (which made ``names``, the store's list now) as of ``epoch``. Raises OSError."""
+        if changes.start == 0:
+            self._rewrite(epoch, changes)
+            return
+        record = self._record(epoch, changes)
+        with open(self.path, "ab") as fh:
+            fh.write(record)
+        self._bytes += len(record)
+        if self._bytes > max(JOURNAL_MIN, JOURNAL_SHARE * self._whole):
+            self._rewrite(epoch, NameChanges(0, names))
+
+    def _rewrite(self, epoch: int, whole: NameChanges) -> None:
+        record = self._record(epoch, whole)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(record)
+        os.replace(tmp, self.path)
+        self._bytes = self._whole = len(record)
+
+    @staticmethod
+    def _record(epoch: int, changes: NameChanges) -> bytes:
+        body = pickle.dumps((epoch, changes), protocol=5)
+        return len(body).to_bytes(4, "little") + zlib.crc32(body).to_bytes(4, "little") + body
+
+    def replay(self, through: int) -> list[str] | None:
+        """The names as of epoch ``through``: every record tagged at or below it, in order (a pull that
+        changed no name wrote none). None when that cannot be trusted: no journal, one that does not begin
+        with a whole list (a write failed and it was dropped), or a torn record before the first one tagged
+        above ``through`` (the changes it held are lost)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        names: list[str] | None = None
+        at = 0
+        while at < len(data):
+            size, crc = int.from_bytes(data[at : at + 4], "little"), int.from_bytes(data[at + 4 : at + 8], "little")
+            body = data[at + 8 : at + 8 + size]
+            if len(body) != size or zlib.crc32(body) != crc:
+                log.warning("result archive: %s is torn at byte %d", self.path, at)
+                return None
+            try:
+                epoch, changes = pickle.loads(body)
+            except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as exc:
+                log.warning("result archive: %s holds a record it cannot read (%s)", self.path, exc)
+                return None
+            if epoch > through:
+                break
+            if names is None and changes.start != 0:
+                return None  # changes to a list it never held
+            try:
+                names = apply_names(names or [], changes)
+            except ValueError as exc:
+                log.warning("result archive: %s does not replay (%s)", self.path, exc)
+                return None
+            at += 8 + size
+        return names
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._bytes = self._whole = 0

@@ -311,6 +311,17 @@ class ResultStore:
         self.provisional = True
         self.add(results, names, notify=False, ranks_of=ranks_of)
 
+    def drop_taken(self, epochs: list[int]) -> None:
+        """Stop serving these epochs taken back at the start (their files failed the check the take-back
+        deferred: :meth:`ResultArchive.verify_taken`)."""
+        with self._lock:
+            for e in epochs:
+                view = self._epochs.pop(e, None)
+                for later in self._epochs.values():
+                    if later.previous is view:
+                        later.previous = None
+            self._refresh_algorithms()
+
     def _settle(self, keep_below: int) -> None:
         """Keep the epochs taken back below ``keep_below`` (0: none, they were another history) and drop the
         rest, which the pipeline publishes again (under the lock; see :meth:`add`)."""

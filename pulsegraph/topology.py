@@ -156,6 +156,10 @@ class Pipeline:
             self.archive.clear()
         elif (taken := self.archive.take_back()) is not None:
             self.store.take_back(*taken)
+            # Their digests are read meanwhile (seconds for gigabytes); the pipeline's first epoch waits for it.
+            threading.Thread(
+                target=self.archive.verify_taken, args=(self.store.drop_taken,), name="archive-verify", daemon=True,
+            ).start()
         return self
 
     def start(self) -> "Pipeline":

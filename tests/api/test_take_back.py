@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pulsegraph.api.archive import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, ResultArchive, apply_names
+from pulsegraph.api.archive import ResultArchive
+from pulsegraph.api.names import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names
 from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.ids import NameChanges
 from tests.api.test_archive import NAMES, result
@@ -25,11 +26,13 @@ def served(tmp_path, epochs: list[int], names: list[NameChanges]) -> ResultStore
 
 
 def restarted(tmp_path) -> tuple[ResultArchive, ResultStore]:
+    """As the service opens its data folder: the epochs taken back and served, then their digests checked."""
     archive = ResultArchive(tmp_path / "results", 100)
     store = ResultStore(retain=100, archive=archive)
     taken = archive.take_back()
     assert taken is not None
     store.take_back(*taken)
+    archive.verify_taken(store.drop_taken)
     return archive, store
 
 
@@ -114,6 +117,31 @@ def test_another_history_is_dropped_whole_with_its_names_and_not_served_again(tm
     assert store.epoch_numbers() == [first.epoch] and store.names == other and not store.provisional
     assert store.get(first.epoch).result is first and store.get(first.epoch).previous is None
     assert ResultArchive(tmp_path / "results", 100).names.replay(first.epoch) == other
+
+
+def test_an_epoch_file_that_fails_its_digest_is_served_until_checked_then_dropped(tmp_path, caplog):
+    served(tmp_path, [1, 2, 3, 4], [NameChanges(0, NAMES), None, None, None])
+    path = tmp_path / "results" / "epoch-000000000003.res"
+    raw = bytearray(path.read_bytes())
+    raw[-100] ^= 0xFF  # a flipped byte in its arrays: the header reads, the digest does not match
+    path.write_bytes(bytes(raw))
+    archive = ResultArchive(tmp_path / "results", 100)
+    store = ResultStore(retain=100, archive=archive)
+    store.take_back(*archive.take_back())
+    assert store.epoch_numbers() == [1, 2, 3, 4]
+    assert archive.verify_taken(store.drop_taken) == [3] and "skipping epoch 3" in caplog.text
+    assert store.epoch_numbers() == [1, 2, 4] and store.get(4).previous is None
+    first = result(5, full=True)
+    store.add([first], NameChanges(0, NAMES), settle=archive.confirm(first))
+    assert store.epoch_numbers() == [1, 2, 4, 5] and store.get(5).previous is store.get(4)
+
+
+def test_a_cut_short_epoch_file_is_not_taken_back(tmp_path):
+    served(tmp_path, [1, 2, 3], [NameChanges(0, NAMES), None, None])
+    path = tmp_path / "results" / "epoch-000000000002.res"
+    path.write_bytes(path.read_bytes()[:-64])
+    archive, store = restarted(tmp_path)
+    assert store.epoch_numbers() == [1, 3], "a map past its file's end would fault when read"
 
 
 def test_an_archive_without_a_journal_is_taken_back_with_the_first_epoch_as_before(tmp_path):
