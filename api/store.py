@@ -200,8 +200,7 @@ class ResultStore:
         self._algorithms: tuple[str, ...] = ()
         self._listeners: list[Callable[[EpochView], None]] = []
         self._lock = threading.Lock()
-        # Epochs taken back from the archive at a start and served before the pipeline's first epoch says
-        # whether they are its history (take_back, add's settle): nothing is published from them meanwhile.
+        # Serving epochs taken back at a start, until the pipeline's first epoch settles them (take_back, add).
         self.provisional = False
 
     def subscribe(self, listener: Callable[[EpochView], None]) -> None:
@@ -317,6 +316,10 @@ class ResultStore:
         with self._lock:
             for e in epochs:
                 view = self._epochs.pop(e, None)
+                if view is None:
+                    continue
+                for s in view.result.skipped:
+                    self._merged_into.pop(s, None)
                 for later in self._epochs.values():
                     if later.previous is view:
                         later.previous = None

@@ -1,6 +1,6 @@
 """How soon a restarted service answers again: its retained epochs, then a new one.
 
-    .venv/bin/python -m bench.restart --users 3000000 --run 120
+    .venv/bin/python -m bench.restart --users 3000000 --run 120 [--code WORKTREE]
 
 Runs ``pulsegraph run`` on the synthetic stream (``--rate 0``: as fast as it goes) for ``--run``
 seconds, SIGKILLs every process of it (the driver, Ray's daemons, the actors: a crash, no final
@@ -35,6 +35,7 @@ class Restart:
     first_answer_s: float  # the API answered at all (any status)
     archived_s: float  # it answered /v1/epochs with epochs, all from before the crash
     first_archived: list[dict]  # that answer's items
+    first_health: dict  # /health right after it
     new_epoch_s: float  # an epoch newer than every one served before the crash
 
 
@@ -45,8 +46,13 @@ def free_port() -> int:
 
 
 class Service:
-    def __init__(self, data_dir: Path, log_path: Path, args: list[str]) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, args: list[str], code: Path | None = None) -> None:
         self.data_dir, self.log_path, self.args = data_dir, log_path, args
+        # Another checkout's code (a worktree of an older commit), run from its folder: ``-m`` puts the
+        # working folder first on the module path, before PYTHONPATH.
+        self.exe = [sys.executable, "-m", "pulsegraph.cli"] if code else [EXE]
+        self.env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+        self.cwd = str(code) if code else None
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -54,8 +60,8 @@ class Service:
         with open(self.log_path, "ab") as log:
             t0 = time.monotonic()
             self.proc = subprocess.Popen(
-                [EXE, "run", "--port", str(self.port), "--data-dir", str(self.data_dir), *self.args],
-                stdout=log, stderr=log, start_new_session=True,
+                [*self.exe, "run", "--port", str(self.port), "--data-dir", str(self.data_dir), *self.args],
+                stdout=log, stderr=log, start_new_session=True, env=self.env, cwd=self.cwd,
             )
         return t0
 
@@ -90,9 +96,11 @@ class Service:
         subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
 
 
-def measure(work: Path, args: list[str], run_s: float, min_epochs: int = 3, timeout: float = 180.0) -> Restart:
+def measure(
+    work: Path, args: list[str], run_s: float, min_epochs: int = 3, timeout: float = 180.0, code: Path | None = None,
+) -> Restart:
     """Run the service for ``run_s`` seconds (and until it served ``min_epochs``), crash it, restart it."""
-    svc = Service(work / "data", work / "service.log", args)
+    svc = Service(work / "data", work / "service.log", args, code)
     svc.start()
     try:
         t0, before = time.monotonic(), []
@@ -108,6 +116,7 @@ def measure(work: Path, args: list[str], run_s: float, min_epochs: int = 3, time
         t0 = svc.start()
         first = archived = new = None
         first_items: list[dict] = []
+        health: dict = {}
         newest = before[0]["epoch"]
         while time.monotonic() - t0 < timeout and new is None:
             svc.alive()
@@ -118,12 +127,13 @@ def measure(work: Path, args: list[str], run_s: float, min_epochs: int = 3, time
             items = r.json()["items"] if r is not None and r.status_code == 200 else []
             if items and archived is None:
                 archived, first_items = now, items
+                health = (svc.get("/health") or httpx.Response(503, json={})).json()
             if items and items[0]["epoch"] > newest:
                 new = now
             time.sleep(POLL_S)
         if first is None or archived is None or new is None:
             raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")
-        return Restart(before, first, archived, first_items, new)
+        return Restart(before, first, archived, first_items, health, new)
     finally:
         svc.stop()
 
@@ -134,9 +144,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--users", type=int, default=3_000_000)
     ap.add_argument("--run", type=float, default=120.0, help="seconds the service runs before the crash")
+    ap.add_argument("--code", type=Path, help="run the service from this checkout (e.g. a worktree of the commit to compare with)")
+    ap.add_argument("--log-level", default="WARNING", help="the service's (its log is service.log in the folder printed)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
-    got = measure(work, ["--rate", "0", "--users", str(args.users), "--log-level", "WARNING"], args.run)
+    print(f"work folder: {work}", file=sys.stderr)
+    got = measure(work, ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level], args.run, code=args.code)
     before = {e["epoch"]: e for e in got.before}
     same = all(before.get(e["epoch"]) == e for e in got.first_archived)
     print(f"machine: {machine()}")

@@ -12,7 +12,7 @@ stops with an error that names the field and the operator action.
 The identity: the kind and the transform; for Kafka the topic and its id (Kafka
 topic ids, which a re-created topic does not keep); for a file its path and its
 inode; for the synthetic stream its seed, users and hashtags. Not the partition
-count (a topic may grow; the launch check of :mod:`pulsegraph.topology` refuses
+count (a topic may grow; :func:`check_resumable`, every launch's check, refuses
 a history of partitions the source lacks), nor the bootstrap servers (a cluster
 may move behind new addresses and keep its topics).
 """
@@ -26,8 +26,10 @@ from pathlib import Path
 
 from pulsegraph.base.durable import fsync_dir
 from pulsegraph.errors import PipelineError
+from pulsegraph.ingest.sources.kafka import partition_number
 from pulsegraph.ingest.sources.kafka_clients import TopicInfo
 from pulsegraph.settings import Settings
+from pulsegraph.snapshots.recovery import RecoveryPlan
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +90,28 @@ def check_source_identity(data_dir: Path, current: dict, has_history: bool) -> N
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def check_resumable(s: Settings, resume: RecoveryPlan | None, partitions: list[str], topic: TopicInfo | None) -> None:
+    """Refuse to resume a history this source cannot continue: another source (the identity above),
+    partitions it does not have (it would wait forever), or a Kafka
+    partition that now ends below offsets the history applied (records lost to an unclean leader
+    election: the new records that take their offsets would be skipped)."""
+    check_source_identity(s.data_dir, source_identity(s, topic), has_history=resume is not None)
+    known = resume.partitions() if resume else set()
+    missing = sorted(known - set(partitions))
+    if missing:
+        raise PipelineError(
+            f"{s.data_dir} holds the history of other partitions ({', '.join(missing[:4])}) than this "
+            f"source has. Operator action: run with the settings that wrote it, or use another --data-dir."
+        )
+    if topic is None or resume is None:
+        return
+    for name, offset in sorted(resume.newest_vector.items()):
+        if name.startswith(f"{s.topic}:") and offset > topic.ends.get(partition_number(name), 0):
+            raise PipelineError(
+                f"Kafka partition {name} ends at offset {topic.ends.get(partition_number(name), 0)}, below offset "
+                f"{offset} that {s.data_dir}'s history already applied: the log lost records (an unclean leader "
+                f"election, or the topic truncated), and new records would take their offsets unseen. Operator "
+                f"action: restore the topic, or move {s.data_dir} aside to start anew from the topic as it is."
+            )

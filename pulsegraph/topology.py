@@ -28,10 +28,9 @@ from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.partition_actor import check_gpus
 from pulsegraph.compute.stage import StageConfig
 from pulsegraph.errors import PipelineError, PulsegraphError
-from pulsegraph.identity import check_source_identity, source_identity
+from pulsegraph.identity import check_resumable
 from pulsegraph.ingest.actor import IngestActor, IngestConfig
 from pulsegraph.ingest.sources import SourceSpec
-from pulsegraph.ingest.sources.kafka import partition_number
 from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
 from pulsegraph.ingest.sources.kafka_faults import diagnose
 from pulsegraph.lock import DataDirLock
@@ -41,7 +40,7 @@ from pulsegraph.results_topic import ResultPublisher
 from pulsegraph.settings import Settings
 from pulsegraph.snapshots.coordinator import CoordinatorConfig
 from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
-from pulsegraph.snapshots.recovery import RecoveryPlan, plan_recovery
+from pulsegraph.snapshots.recovery import plan_recovery
 from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.supervisor import STATUS_TIMEOUT_S, Supervisor
 
@@ -50,7 +49,7 @@ log = logging.getLogger(__name__)
 # How long a killed actor may take to die (it is a local signal; seconds are plenty).
 TEARDOWN_TIMEOUT_S = 30.0
 # How long stop() waits for a start under way on its own thread: Ray's start and the actors' launch.
-STARTER_JOIN_S = 120.0
+STARTED_WAIT_S = 120.0
 
 
 def _summed(*counts: dict[str, int]) -> dict[str, int]:
@@ -98,6 +97,9 @@ class Pipeline:
         self.recoveries = 0
         self._lost_before: dict[str, int] = {}
         self._lock: DataDirLock | None = None
+        # start_in_background()'s thread: set once its start() returned, and (by stop()) once the actors stopped.
+        self._started, self._stopped = threading.Event(), threading.Event()
+        self._started.set()
         self._starter: threading.Thread | None = None
         self._partitions: Any = None  # the compute actor's answer: its partition actors' handles
         self.sizing: dict = {}
@@ -197,10 +199,16 @@ class Pipeline:
             except PulsegraphError as exc:
                 if not self._stop.is_set():
                     self._give_up(str(exc))
-            # The thread stays until the service stops: Ray starts its daemons (GCS, raylet) with a parent
-            # death signal, and Linux sends it when the *thread* that forked them ends, not the process.
-            self._stop.wait()
+            finally:
+                self._started.set()
+            # The thread stays until the pipeline has stopped: Ray starts its daemons (GCS, raylet) with a
+            # parent death signal, and Linux sends it when the *thread* that forked them ends, not the
+            # process; ended sooner, it would take the actors down before stop() could stop them. Then it
+            # shuts the Ray it started down itself (stop() waits for it), before its daemons go with it.
+            self._stopped.wait()
+            ray.shutdown()
 
+        self._started.clear()
         self._starter = threading.Thread(target=run, name="pipeline-start", daemon=True)
         self._starter.start()
 
@@ -218,31 +226,6 @@ class Pipeline:
         self.feed = ResultFeed(self.compute, self.store, self._epoch_arrived, resume).start()
         self._launched.set()
 
-    def _check_source(self, resume: RecoveryPlan | None, partitions: list[str], topic: TopicInfo | None) -> None:
-        """Refuse to resume a history this source cannot continue: another source (see
-        :mod:`pulsegraph.identity`), partitions it does not have (it would wait forever), or a Kafka
-        partition that now ends below offsets the history applied (records lost to an unclean leader
-        election: the new records that take their offsets would be skipped)."""
-        s = self.settings
-        check_source_identity(s.data_dir, source_identity(s, topic), has_history=resume is not None)
-        known = resume.partitions() if resume else set()
-        missing = sorted(known - set(partitions))
-        if missing:
-            raise PipelineError(
-                f"{s.data_dir} holds the history of other partitions ({', '.join(missing[:4])}) than this "
-                f"source has. Operator action: run with the settings that wrote it, or use another --data-dir."
-            )
-        if topic is None or resume is None:
-            return
-        for name, offset in sorted(resume.newest_vector.items()):
-            if name.startswith(f"{s.topic}:") and offset > topic.ends.get(partition_number(name), 0):
-                raise PipelineError(
-                    f"Kafka partition {name} ends at offset {topic.ends.get(partition_number(name), 0)}, below offset "
-                    f"{offset} that {s.data_dir}'s history already applied: the log lost records (an unclean leader "
-                    f"election, or the topic truncated), and new records would take their offsets unseen. Operator "
-                    f"action: restore the topic, or move {s.data_dir} aside to start anew from the topic as it is."
-                )
-
     def _launch(self) -> None:
         """Create every actor, from the newest checkpoint when there is one, and start them."""
         s = self.settings
@@ -253,7 +236,7 @@ class Pipeline:
             spec = dataclasses.replace(spec, partitions=topic.partitions)
             self.supervisor.topic = topic
         manifest, resume = plan_recovery(s.data_dir, bool(s.checkpoint_every), s.shards)
-        self._check_source(resume, spec.partition_names(), topic)
+        check_resumable(s, resume, spec.partition_names(), topic)
         nodes = alive_nodes()
         # Sized from the cluster when not given: shards hold the graph (2 per node keeps every
         # core busy applying), ingest actors read (2 per node, never more than the partitions: an
@@ -443,6 +426,8 @@ class Pipeline:
     def status(self) -> dict:
         """The cached status behind /health: no actor call per request."""
         out = {k: v for k, v in self._status.items() if not k.startswith("_")}
+        if self.store.provisional:
+            out["provisional"] = True  # the epochs served are taken back from the archive, not yet confirmed
         if self.results is not None:
             out["results"] = self.results.status()
         return out
@@ -466,10 +451,12 @@ class Pipeline:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._starter is not None:
-            self._starter.join(STARTER_JOIN_S)  # a start under way (Ray's own start) ends first
+        self._started.wait(STARTED_WAIT_S)  # a start under way on its own thread (Ray's own start) ends first
         with self._lifecycle:  # a relaunch in progress finishes first, so nothing is left behind
             self._stop_locked()
+        self._stopped.set()  # the starting thread may end now, and Ray's daemons with it
+        if self._starter is not None:
+            self._starter.join(STARTED_WAIT_S)
         if self._lock is not None:
             self._lock.release()
 

@@ -115,6 +115,7 @@ def test_pulsegraph_run_serves_the_top_ten(tmp_path):
             proc.kill()
             out = proc.communicate()[0].decode()
     assert proc.returncode == 0, out
+    assert "did not stop cleanly" not in out and "Traceback" not in out, out
     assert f"http://127.0.0.1:{port}/" in out
     assert re.search(r"epoch \d+ \(merged \d+\)\s+records \d+\s+vertices \d+\s+edges \d+\s+commit [\d.]+ ms.*ms: graph \d+\s+pagerank \d+", out)
     assert (tmp_path / "data" / "epochs.log").stat().st_size > 0

@@ -242,7 +242,7 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
     try:
         # Before Ray and the actors: the archived epochs are served as they were, with their names.
         client = TestClient(create_app(p.store))
-        assert p.store.provisional and p.store.epoch_numbers() == sorted(before)
+        assert p.store.provisional and p.store.epoch_numbers() == sorted(before) and p.status()["provisional"]
         for e in sorted(before):
             assert client.get(f"/v1/epochs/{e}").json() == orjson.loads(orjson.dumps(before[e].info))
         newest = max(before)
@@ -250,6 +250,8 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
         assert [t["vertex"] for t in top] == [named[i] for i in before[newest].top["pagerank"][:5]]
         assert p.store.names[: before[newest].result.vertices] == named[: before[newest].result.vertices]
         p.start()
+        p.wait_for_epoch(lambda v: True, timeout=120)
+        assert "provisional" not in p.status(), "the pipeline's first epoch settles the epochs taken back"
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
         assert ray.get(p.compute.snapshot.remote()) == reference(records, view.result.vector)
         # The first epoch after the one restored from the checkpoint: the graph is kept from there on.

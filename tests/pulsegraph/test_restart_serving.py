@@ -22,4 +22,5 @@ def test_the_retained_epochs_are_answered_first_as_before_the_crash_and_new_ones
     # Served before the pipeline published anything: the history from the archive, each epoch as it was.
     assert set(first) <= set(before) and len(first) >= 5, (first, sorted(before))
     assert all(e == before[e["epoch"]] for e in got.first_archived)
+    assert got.first_health["provisional"] is True and got.first_health["ingest"] == "starting", got.first_health
     assert got.archived_s < got.new_epoch_s
