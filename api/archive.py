@@ -57,10 +57,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pulsegraph.api.names import NAMES_FILE, NamesJournal
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.apps.runner import typed_results
-from pulsegraph.api.names import NAMES_FILE, NamesJournal
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 
@@ -318,10 +318,11 @@ class ResultArchive:
         epochs are served at once), hand those that fail to ``drop`` (the store's, to stop serving them), and
         forget them; :meth:`confirm` waits for this. The epochs that failed."""
         try:
-            bad = [e for e in sorted(self._taken or {}) if not digest_ok(self._path(e))]
+            taken = self._taken if self._taken is not None else {}
+            bad = [e for e in sorted(taken) if not digest_ok(self._path(e))]
             for e in bad:
                 log.warning("result archive: skipping epoch %d (checksum mismatch)", e)
-                del self._taken[e]  # type: ignore[union-attr]
+                del taken[e]
             if bad:
                 drop(bad)
             return bad
