@@ -218,8 +218,8 @@ class ResultArchive:
         self.root.mkdir(parents=True, exist_ok=True)
         self.latest = max(self._epochs(), default=0)
         self.names = NamesJournal(self.root / NAMES_FILE)
-        # The epochs taken back (take_back, or history_before), memory-mapped: result and ranks.
-        self._taken: dict[int, tuple[EpochResult, dict | None]] | None = None
+        # The epochs taken back (take_back, or history_before), memory-mapped: result, ranks and tops.
+        self._taken: dict[int, tuple[EpochResult, dict | None, dict | None]] | None = None
         # Set once every epoch taken back has been checked against its digest (take_back defers it).
         self._verified = threading.Event()
         self._verified.set()
@@ -227,7 +227,7 @@ class ResultArchive:
         self.loaded_ranks: dict[int, dict[str, np.ndarray]] = {}
         # Epochs whose write failed (a full disk, no file descriptor left), oldest first: written again,
         # in order, before any newer one, so that a passing fault leaves no gap in the archive.
-        self._unsaved: list[tuple[EpochResult, dict | None, dict | None]] = []
+        self._unsaved: list[tuple[EpochResult, dict | None, dict | None, dict | None]] = []
 
     def _path(self, epoch: int) -> Path:
         return self.root / f"epoch-{epoch:012d}.res"
@@ -235,12 +235,12 @@ class ResultArchive:
     def _epochs(self) -> list[int]:
         return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name)))
 
-    def _load(self, epoch: int, verify: bool = True) -> tuple[EpochResult, dict | None, dict | None] | None:
-        """The archived epoch, its ranks and its graph undo record (memory-mapped), or None when the
-        file does not check out."""
+    def _load(self, epoch: int, verify: bool = True) -> tuple[EpochResult, dict | None, dict | None, dict | None] | None:
+        """The archived epoch, its ranks, its graph undo record and the top of each ranking (memory-mapped;
+        None: not archived with it), or None when the file does not check out."""
         try:
             got = read_mapped(self._path(epoch), verify)
-            result, ranks, undo = got["result"], got["ranks"], got.get("undo")
+            result, ranks, undo, top = got["result"], got["ranks"], got.get("undo"), got.get("top")
         except (ArchiveError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, KeyError, ValueError) as exc:
             log.warning("result archive: skipping epoch %d (%s)", epoch, exc)
             return None
@@ -248,7 +248,7 @@ class ResultArchive:
             return None
         if result.apps and any(isinstance(got, dict) for got in result.apps.values()):
             result = dataclasses.replace(result, apps=typed_results(result.apps, result.epoch))  # archived before results were typed
-        return result, ranks, undo
+        return result, ranks, undo, top
 
     def mapped(self, epoch: int) -> tuple[EpochResult, dict | None] | None:
         """An epoch this archive wrote, read back memory-mapped (not verified: this process just wrote it)."""
@@ -257,27 +257,28 @@ class ResultArchive:
 
     def mapped_with_undo(self, epoch: int) -> tuple[EpochResult, dict | None, dict | None] | None:
         """As :meth:`mapped`, and the graph undo record saved with the epoch (None: none was)."""
-        return self._load(epoch, verify=False) if epoch <= self.latest else None
+        got = self._load(epoch, verify=False) if epoch <= self.latest else None
+        return None if got is None else got[:3]
 
     def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None,
-             undo: dict[int, dict[str, np.ndarray]] | None = None) -> None:
+             undo: dict[int, dict[str, np.ndarray]] | None = None, top: dict[int, dict[str, np.ndarray]] | None = None) -> None:
         """Write the epochs newer than the archive's newest (older ones are there already), each with
-        its ranks and its graph undo record when given, then drop what falls out of the retention. A disk error is logged, not
+        its ranks, its graph undo record and the top of each ranking when given, then drop what falls out of the retention. A disk error is logged, not
         raised: serving goes on from memory, and the epochs not written are tried again, first, at the
         next save (while they are retained)."""
-        queued = {r.epoch for r, _, _ in self._unsaved}
+        queued = {r.epoch for r, *_ in self._unsaved}
         for r in sorted(results, key=lambda r: r.epoch):
             if r.epoch <= self.latest or r.epoch in queued:
                 continue
             # The applications' per-vertex arrays are kept by the store as undo records, never archived.
             apps = {name: got.without_per_vertex() if isinstance(got, AppResult) else got for name, got in (r.apps or {}).items()}
             light = dataclasses.replace(r, edge_changes=None, full_changes=False, apps=apps)
-            self._unsaved.append((light, (ranks or {}).get(r.epoch), (undo or {}).get(r.epoch)))
+            self._unsaved.append((light, (ranks or {}).get(r.epoch), (undo or {}).get(r.epoch), (top or {}).get(r.epoch)))
         del self._unsaved[: max(0, len(self._unsaved) - self.retain)]  # those would be pruned at once
         while self._unsaved:
-            light, got, u = self._unsaved[0]
+            light, got, u, t = self._unsaved[0]
             try:
-                write_mapped(self._path(light.epoch), {"result": light, "ranks": got, "undo": u})
+                write_mapped(self._path(light.epoch), {"result": light, "ranks": got, "undo": u, "top": t})
             except OSError as exc:
                 log.error("result archive: epoch %d not kept on disk yet (%d waiting): %s. It is tried again with the "
                           "next epoch; operator action if this repeats: check the disk and the open files limit under %s.",
@@ -302,7 +303,7 @@ class ResultArchive:
                       "only once the pipeline is up. Operator action if this repeats: check the disk under %s.", exc, self.root)
             self.names.clear()
 
-    def _take(self, verify: bool = True) -> dict[int, tuple[EpochResult, dict | None]]:
+    def _take(self, verify: bool = True) -> dict[int, tuple[EpochResult, dict | None, dict | None]]:
         """Every retained epoch file that checks out (``verify``: against its digest, as another process wrote
         it; else :meth:`verify_taken` does, later), read once."""
         if self._taken is None:
@@ -310,7 +311,7 @@ class ResultArchive:
             for e in self._epochs()[-self.retain :]:
                 got = self._load(e, verify)
                 if got is not None:
-                    self._taken[e] = (got[0], got[1])
+                    self._taken[e] = (got[0], got[1], got[3])
         return self._taken
 
     def verify_taken(self, drop: Callable[[list[int]], None]) -> list[int]:
@@ -329,9 +330,10 @@ class ResultArchive:
         finally:
             self._verified.set()
 
-    def take_back(self) -> tuple[list[EpochResult], NameChanges, dict[int, dict[str, np.ndarray]]] | None:
+    def take_back(self) -> tuple[list[EpochResult], NameChanges, dict[int, dict[str, np.ndarray]], dict[int, dict[str, np.ndarray]]] | None:
         """At a start, before the pipeline is up: the archived epochs, oldest first, the names as of the newest,
-        and their ranks by epoch, to serve provisionally until :meth:`confirm` says whether the pipeline
+        and their ranks and tops by epoch (a top recomputed is a pass over the epoch's ranks: ~2 s for 72
+        epochs of 2.6 M vertices), to serve provisionally until :meth:`confirm` says whether the pipeline
         recovered this history. None when there is nothing to take back, or the names do not reach the newest
         epoch (an archive written before names were journaled, or a torn journal): :meth:`history_before`
         then takes the epochs back with the pipeline's first epoch, named by it. Their digests are not read
@@ -351,8 +353,9 @@ class ResultArchive:
         self._verified.clear()
         log.info("result archive: serving %d epochs (%d..%d) from before the restart while the pipeline starts",
                  len(taken), min(taken), max(taken))
-        ranks = {e: r for e, (_, r) in taken.items() if r is not None}
-        return [r for _, (r, _) in sorted(taken.items())], NameChanges(0, names), ranks
+        ranks = {e: r for e, (_, r, _) in taken.items() if r is not None}
+        tops = {e: t for e, (_, _, t) in taken.items() if t is not None}
+        return [r for _, (r, _, _) in sorted(taken.items())], NameChanges(0, names), ranks, tops
 
     def confirm(self, first_live: EpochResult) -> int:
         """Whether the epochs taken back are the history the pipeline recovered, given ``first_live`` (the
@@ -383,7 +386,7 @@ class ResultArchive:
         if not ok:
             self._clear(epochs, k, "its epochs are not the history the pipeline recovered")
             return 0
-        self.loaded_ranks = {e: r for e, (_, r) in taken.items() if e in older and r is not None}
+        self.loaded_ranks = {e: r for e, (_, r, _) in taken.items() if e in older and r is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
         self.latest = older[-1]
         gap = range(self.latest + 1, first_live.skipped[0] if first_live.skipped else k)
@@ -405,7 +408,7 @@ class ResultArchive:
         to the same history; else none, and the archive is cleared. For a start that took nothing back."""
         if not self.confirm(first_live):
             return []
-        return [r for _, (r, _) in sorted(self._take().items())]
+        return [r for _, (r, _, _) in sorted(self._take().items())]
 
     def clear(self) -> None:
         """Forget every archived epoch (a service that does not take its history back starts afresh)."""

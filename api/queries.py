@@ -13,7 +13,8 @@ import numpy as np
 import orjson
 
 from pulsegraph.api.exceptions import ApiError, NotFound
-from pulsegraph.api.store import EpochView, ResultStore, held_in_both, mover_items
+from pulsegraph.api.ranking import held_in_both, mover_items
+from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.apps.components import ComponentsResult
 from pulsegraph.compute.apps.exposure import TopicsResult

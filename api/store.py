@@ -38,14 +38,13 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.names import NamesUpdate, SortedNames, names_update
+from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 
 log = logging.getLogger(__name__)
 
-# How much of each ranking is served by /v1/rank/top; `k` is bounded by it.
-TOP_CACHE = 1000
 # Epochs whose arrays stay in memory: the newest (what nearly every read asks for) and the one
 # before it (previous ranks of the top, movers' default). Older ones are read from the archive.
 HOT_EPOCHS = 2
@@ -92,88 +91,6 @@ def kept_json(obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def rank_order(scores: np.ndarray, present: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(vertex ids best first, 1-based rank per vertex id); ties break by vertex id, so the order is stable.
-    ``present`` (window mode): vertices outside the snapshot come after every vertex in it."""
-    if present is not None:
-        order = np.lexsort((-scores, ~np.asarray(present, dtype=bool)[: len(scores)]))
-    else:
-        order = np.argsort(-scores, kind="stable")
-    ranks = np.empty(len(scores), dtype=np.int32)
-    ranks[order] = np.arange(1, len(scores) + 1, dtype=np.int32)
-    return order, ranks
-
-
-def top_of(ranks: np.ndarray) -> np.ndarray:
-    """The vertex ids of the first TOP_CACHE ranks, best first, from a rank per vertex id."""
-    ranks = np.asarray(ranks)
-    k = min(TOP_CACHE, len(ranks))
-    if not k:
-        return np.zeros(0, dtype=np.int64)
-    best = np.argpartition(ranks, k - 1)[:k] if k < len(ranks) else np.arange(len(ranks))
-    return best[np.argsort(ranks[best])]
-
-
-def certified_ranks(scores_best_first: np.ndarray, bound: float | None) -> int:
-    """How many leading ranks of a ranking are in a proven order: every score is within ``bound`` of its
-    exact value (an L1 bound bounds each entry too), so two neighbours whose scores differ by more than
-    twice it are in the exact order. The first ``m`` ranks are certified when each of their ``m - 1`` gaps
-    is; with no bound, none is."""
-    s = np.asarray(scores_best_first, dtype=np.float64)
-    if bound is None or not len(s):
-        return 0
-    weak = np.flatnonzero((s[:-1] - s[1:]) <= 2.0 * bound)
-    return int(weak[0]) + 1 if len(weak) else len(s)
-
-
-def movers_of(from_ranks: np.ndarray, to_ranks: np.ndarray, k: int, held: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rising ids, falling ids, change per id) between two epochs' 1-based ranks, over the vertices both
-    hold: at most ``k`` each, most places moved first, ties by the newer rank (so the answer is stable).
-    ``held`` (window mode): per vertex id, is it in both snapshots; the others did not move."""
-    n = min(len(from_ranks), len(to_ranks))
-    r1, r2 = np.asarray(from_ranks)[:n].astype(np.int64), np.asarray(to_ranks)[:n].astype(np.int64)
-    change = r1 - r2
-    if held is not None:
-        change = np.where(np.asarray(held[:n], dtype=bool), change, 0)
-
-    def pick(sign: int) -> np.ndarray:
-        c = change * sign
-        cand = np.flatnonzero(c > 0)
-        if len(cand) > k:
-            cand = cand[np.argpartition(-c[cand], k - 1)[:k]]
-        return cand[np.lexsort((r2[cand], -c[cand]))]
-
-    return pick(1), pick(-1), change
-
-
-def held_in_both(a: EpochResult, b: EpochResult) -> np.ndarray | None:
-    """Per vertex id, is it in both epochs' snapshots (window mode); None when neither carries presence."""
-    pa, pb = getattr(a, "present", None), getattr(b, "present", None)
-    if pa is None and pb is None:
-        return None
-    n = min(a.known_vertices(), b.known_vertices())
-
-    def held(r: EpochResult, p: np.ndarray | None) -> np.ndarray:
-        return np.asarray(p[:n], dtype=bool) if p is not None else np.arange(n) < r.vertices
-
-    return held(a, pa) & held(b, pb)
-
-
-def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: list[str], k: int,
-                held: np.ndarray | None = None) -> tuple[list[dict], list[dict]]:
-    """The movers form ``{"vertex", "from_rank", "to_rank", "change", "score"}`` of :func:`movers_of`
-    (``score``: in the newer epoch), rising and falling; /v1/movers and the results topic answer it."""
-    rising, falling, change = movers_of(from_ranks, to_ranks, k, held)
-
-    def items(ids: np.ndarray) -> list[dict]:
-        return [
-            {"vertex": names[v], "from_rank": int(from_ranks[v]), "to_rank": int(to_ranks[v]), "change": int(change[v]), "score": float(scores[v])}
-            for v in ids.tolist()
-        ]
-
-    return items(rising), items(falling)
-
-
 def _watermark_of(view: EpochView) -> float:
     """An epoch's watermark; one without (windows off when it was cut) counts as older than any."""
     w = view.result.watermark
@@ -216,10 +133,12 @@ class ResultStore:
     def add(
         self, results: list[EpochResult], names: NameChanges | None, notify: bool = True,
         ranks_of: dict[int, dict[str, np.ndarray]] | None = None, settle: int | None = None,
+        tops_of: dict[int, dict[str, np.ndarray]] | None = None,
     ) -> list[EpochView]:
         """Keep new epochs (ignoring ones already kept) and what the vertex names did since (None:
         nothing); listeners hear of each new epoch unless ``notify`` is false. ``ranks_of``: ranks
-        already known, by epoch (an archived epoch's); the others are computed. ``settle``: these are the
+        already known, by epoch (an archived epoch's); the others are computed, and so are the tops not in
+        ``tops_of``. ``settle``: these are the
         pipeline's first epochs after epochs were taken back (:meth:`take_back`), which are kept below
         ``settle`` (:meth:`ResultArchive.confirm`) and dropped from it on, in the same swap: no reader
         sees the store between the two."""
@@ -227,11 +146,14 @@ class ResultStore:
         for r in sorted(results, key=lambda r: r.epoch):
             top: dict[str, np.ndarray] = {}
             ranks = dict((ranks_of or {}).get(r.epoch) or {})
+            known = (tops_of or {}).get(r.epoch) or {}
             present = getattr(r, "present", None)
             # Window mode: the top lists only vertices in the snapshot (they rank ahead of the others).
             shown = TOP_CACHE if present is None else min(TOP_CACHE, r.vertices)
             for algo, scores in r.scores.items():
-                if algo in ranks:
+                if algo in known:
+                    top[algo] = np.array(known[algo])  # a copy of the few ids, not a map of the file
+                elif algo in ranks:
                     top[algo] = top_of(ranks[algo])[:shown]
                 else:
                     order, ranks[algo] = rank_order(np.asarray(scores), present)
@@ -247,7 +169,8 @@ class ResultStore:
             update = names_update(self.names, self.index, self._sorted_names, names)
         undo = self._keep_changes(views)
         if self.archive is not None and notify:
-            self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo)
+            self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo,
+                              {v.result.epoch: v.top for v in views})
         with self._lock:
             if settle is not None:
                 self._settle(settle)
@@ -303,12 +226,15 @@ class ResultStore:
                     log.exception("epoch listener failed")
         return views
 
-    def take_back(self, results: list[EpochResult], names: NameChanges, ranks_of: dict[int, dict[str, np.ndarray]]) -> None:
+    def take_back(
+        self, results: list[EpochResult], names: NameChanges, ranks_of: dict[int, dict[str, np.ndarray]],
+        tops_of: dict[int, dict[str, np.ndarray]],
+    ) -> None:
         """At a start, before the pipeline is up: the archived epochs (:meth:`ResultArchive.take_back`), served
         provisionally until the pipeline's first epochs settle them (:meth:`add`); no listener hears of them,
         and the archive is not written."""
         self.provisional = True
-        self.add(results, names, notify=False, ranks_of=ranks_of)
+        self.add(results, names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
 
     def drop_taken(self, epochs: list[int]) -> None:
         """Stop serving these epochs taken back at the start (their files failed the check the take-back

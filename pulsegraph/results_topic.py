@@ -45,13 +45,8 @@ import orjson
 
 from pulsegraph.api.alerts import AlertBook
 from pulsegraph.api.exceptions import NotFound
-from pulsegraph.api.store import (
-    EpochView,
-    ResultStore,
-    certified_ranks,
-    held_in_both,
-    mover_items,
-)
+from pulsegraph.api.ranking import certified_ranks, held_in_both, mover_items
+from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.errors import ResultsError
 from pulsegraph.ingest.sources.kafka_clients import librdkafka_config
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, errors
 from pulsegraph.api.models import Algorithms, Movers, TopRanking
-from pulsegraph.api.store import TOP_CACHE
+from pulsegraph.api.ranking import TOP_CACHE
 
 # Per-request bound of movers: answered from memory in well under a millisecond per item.
 MAX_MOVERS = 100

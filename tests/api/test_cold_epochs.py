@@ -151,7 +151,7 @@ def test_a_restart_serves_archived_epochs_memory_mapped_with_their_ranks(tmp_pat
 
 def test_a_retained_epoch_keeps_its_top_not_its_whole_order(tmp_path):
     """Per retained epoch the store keeps the top TOP_CACHE ids, not an array per vertex behind them."""
-    from pulsegraph.api.store import TOP_CACHE
+    from pulsegraph.api.ranking import TOP_CACHE
 
     n = 20 * TOP_CACHE
     rng = np.random.default_rng(1)

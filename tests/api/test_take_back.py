@@ -81,6 +81,16 @@ def test_the_journal_is_rewritten_whole_once_its_changes_outweigh_the_list(tmp_p
     assert j.replay(1999) == names and j.replay(5) is None, "what it forgot is what came before its whole list"
 
 
+def test_the_tops_are_taken_back_as_archived_not_recomputed(tmp_path, monkeypatch):
+    before = served(tmp_path, [1, 2, 3], [NameChanges(0, NAMES), None, None])
+    import pulsegraph.api.store as store_module
+
+    monkeypatch.setattr(store_module, "top_of", lambda ranks: pytest.fail("a top recomputed at the take-back"))
+    _, store = restarted(tmp_path)
+    for e in (1, 2, 3):
+        assert store.get(e).top["pagerank"].tolist() == before.get(e).top["pagerank"].tolist()
+
+
 def test_a_restart_serves_the_archived_epochs_with_their_names_before_the_pipeline(tmp_path):
     renamed = NAMES[:5] + ["w5"]
     served(tmp_path, [1, 2, 3, 4], [NameChanges(0, NAMES), None, NameChanges(6, [], np.array([5]), ["w5"]), None])

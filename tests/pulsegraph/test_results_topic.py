@@ -21,7 +21,8 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from pulsegraph.api.store import ResultStore, certified_ranks
+from pulsegraph.api.ranking import certified_ranks
+from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.produce import produce
