@@ -8,7 +8,8 @@ or the epoch log.
 
 A file holds the epoch's :class:`~pulsegraph.compute.results.EpochResult` without its bulk
 (no edge changes, none of the per-vertex application arrays that the store keeps
-as undo records: each result's ``PER_VERTEX`` fields, :class:`~pulsegraph.compute.apps.base.AppResult`), the ranks the API computed for it, and
+as undo records: each result's ``PER_VERTEX`` fields, :class:`~pulsegraph.compute.apps.base.AppResult`), the ranks the API computed for it
+and the top of each ranking (a restart need not compute them again), and
 the graph view's undo record of the epoch (:mod:`pulsegraph.api.graph`: the slots it changed
 and their state before), so that a cold epoch's undo record is read from the file
 too.
