@@ -194,11 +194,16 @@ class Pipeline:
         logging.getLogger("ray._private.worker").addFilter(lambda r: "SIGTERM handler is not set" not in r.getMessage())
 
         def run() -> None:
+            owned = not ray.is_initialized()  # a Ray joined already (a test session's) is not this thread's to end
             try:
                 self.start()
             except PulsegraphError as exc:
                 if not self._stop.is_set():
                     self._give_up(str(exc))
+            except Exception as exc:  # noqa: BLE001 - Ray failing to start: the service must exit, not serve on
+                log.exception("the pipeline did not start")
+                if not self._stop.is_set():
+                    self._give_up(f"the pipeline did not start ({type(exc).__name__}: {exc}); see the log above")
             finally:
                 self._started.set()
             # The thread stays until the pipeline has stopped: Ray starts its daemons (GCS, raylet) with a
@@ -206,7 +211,8 @@ class Pipeline:
             # process; ended sooner, it would take the actors down before stop() could stop them. Then it
             # shuts the Ray it started down itself (stop() waits for it), before its daemons go with it.
             self._stopped.wait()
-            ray.shutdown()
+            if owned and ray.is_initialized():
+                ray.shutdown()
 
         self._started.clear()
         self._starter = threading.Thread(target=run, name="pipeline-start", daemon=True)

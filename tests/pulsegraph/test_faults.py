@@ -131,3 +131,23 @@ def test_a_relaunch_with_other_shards_and_no_checkpoint_pairs_every_score_with_i
         assert {n: int(r.out_degree[p.store.index[n]]) for n in out_deg} == out_deg
     finally:
         p.stop()
+
+
+def test_a_start_that_fails_on_its_thread_ends_the_service_loudly_not_serving_on(tmp_path, monkeypatch):
+    """The service serves its archived epochs while the pipeline starts on a thread of its own; a start that
+    raises there (here Ray's start, made to fail: a real one exits the process from Ray's C++ side) must
+    set ``fatal``, so the service exits with the reason, and stop() must still return."""
+    import pulsegraph.topology as topology
+
+    def no_ray(settings):
+        raise RuntimeError("GCS unreachable")
+
+    monkeypatch.setattr(topology, "init_ray", no_ray)
+    p = Pipeline(Settings(data_dir=tmp_path / "data"))
+    p.open()
+    p.start_in_background()
+    assert p.fatal.wait(30), "a failed start left the service serving on"
+    assert "RuntimeError: GCS unreachable" in (p.fatal_error or "") and p.status()["status"] == "failed"
+    t0 = time.monotonic()
+    p.stop()
+    assert time.monotonic() - t0 < 10
