@@ -82,14 +82,14 @@ class ResultFeed:
         if taken_back and not results:
             return []  # its names alone would rename the epochs served meanwhile
         settle = None
+        first = min(results, key=lambda r: r.epoch) if results else None
         if taken_back:
             self._resumed = True
             # Keep what is the recovered history; the rest is published again (or was another history).
-            first = min(results, key=lambda r: r.epoch)
-            settle = self._archive.confirm(first) if self._archive is not None else 0
-        elif not self._resumed and results and self._archive is not None:
+            settle = self._archive.confirm(first) if self._archive is not None and first is not None else 0
+        elif not self._resumed and first is not None and self._archive is not None:
             self._resumed = True
-            earlier = self._archive.history_before(min(results, key=lambda r: r.epoch))
+            earlier = self._archive.history_before(first)
             # Epochs from before the restart are history, not news: no listener hears of them.
             self._store.add(earlier, names, notify=False, ranks_of=self._archive.loaded_ranks)
             names = None  # applied with the archived epochs already

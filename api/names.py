@@ -174,8 +174,8 @@ class NamesJournal:
     store held after it: ``length (4 bytes) | crc32 (4 bytes) | pickle((epoch, changes))``, appended without
     fsync (as the epoch files: a power cut costs the newest few, and :meth:`replay` stops at a torn or
     foreign record). A whole list (``start == 0``: the first pull after a start) replaces the file, and so
-    does :meth:`compact` once the changes outweigh the list; so the file stays within a few times the
-    names' own size."""
+    does the store's list now once the changes outweigh it (:meth:`append`); so the file stays within a few
+    times the names' own size."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)

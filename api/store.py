@@ -241,25 +241,27 @@ class ResultStore:
         deferred: :meth:`ResultArchive.verify_taken`)."""
         with self._lock:
             for e in epochs:
-                view = self._epochs.pop(e, None)
-                if view is None:
-                    continue
-                for s in view.result.skipped:
-                    self._merged_into.pop(s, None)
-                for later in self._epochs.values():
-                    if later.previous is view:
-                        later.previous = None
+                self._drop(e)
             self._refresh_algorithms()
+
+    def _drop(self, epoch: int) -> None:
+        """Stop serving a retained epoch (under the lock): the epochs merged into it, and any later one's link
+        to it as its previous, go with it."""
+        view = self._epochs.pop(epoch, None)
+        if view is None:
+            return
+        for s in view.result.skipped:
+            self._merged_into.pop(s, None)
+        for later in self._epochs.values():
+            if later.previous is view:
+                later.previous = None
 
     def _settle(self, keep_below: int) -> None:
         """Keep the epochs taken back below ``keep_below`` (0: none, they were another history) and drop the
         rest, which the pipeline publishes again (under the lock; see :meth:`add`)."""
         dropped = [e for e in self._epochs if e >= keep_below]
         for e in dropped:
-            for s in self._epochs.pop(e).result.skipped:
-                self._merged_into.pop(s, None)
-        if keep_below == 0:
-            self._merged_into.clear()
+            self._drop(e)
         self._refresh_algorithms()
         self.provisional = False
         if dropped:
