@@ -156,6 +156,7 @@ class HealthWindow(BaseModel):
 
 
 class HealthCheckpoint(BaseModel):
+    epoch: int = Field(description="the newest epoch checkpointed (0: none yet): a restart re-cuts the epochs after it from the log")
     seconds: float = Field(description="the longest one stage (a shard, the compute actor) stalled writing the last checkpoint")
     paused: int = Field(description="checkpoint epochs passed over since the launch, to keep checkpoints within --checkpoint-budget")
 
@@ -186,7 +187,7 @@ class Health(BaseModel):
     status: str
     epoch: int
     window: HealthWindow | None = Field(None, description="the sliding window (from the pipeline's status); null: windows off")
-    checkpoint: HealthCheckpoint | None = Field(None, description="the checkpoints' cost (null before the first status poll)")
+    checkpoint: HealthCheckpoint | None = Field(None, description="the newest checkpoint and the checkpoints' cost (null before the first status poll)")
     compute_queue: HealthComputeQueue | None = Field(
         None, description="what waits for the compute stage; when full, ingest is paused (backpressure, as at the memory budget)")
     result_lag: HealthResultLag | None = Field(

@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import shutil
@@ -132,6 +133,33 @@ def read_verified(path: Path, expect: str | None = None) -> bytes:
     if expect is not None and digest.hex() != expect:
         raise CorruptCheckpoint(f"{path}: not the file its manifest names")
     return payload
+
+
+class CheckpointPace:
+    """The checkpoint budget, after Flink's minimum pause between checkpoints: one that stalled a stage
+    ``d`` seconds pauses the next for ``d * (1 / budget - 1)``, so writing them takes at most ``budget``
+    of a stage's time; one quicker than ``pause_from_s`` never pauses. ``clock``: monotonic seconds."""
+
+    def __init__(self, budget: float, pause_from_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget, self.pause_from_s, self._clock = budget, pause_from_s, clock
+        self.stall_s = 0.0  # the longest one stage stalled writing the last checkpoint
+        self.passed_over = 0  # due checkpoints passed over for the pause
+        self._done = -math.inf  # the clock when the last was committed
+
+    def done(self, stall_s: float) -> None:
+        self.stall_s, self._done = stall_s, self._clock()
+
+    def left_s(self) -> float:
+        """Seconds the pause still holds (0: a checkpoint may be written now)."""
+        if self.stall_s < self.pause_from_s or self.budget >= 1.0:
+            return 0.0
+        return max(self._done + self.stall_s * (1.0 / self.budget - 1.0) - self._clock(), 0.0)
+
+    def pass_over(self) -> bool:
+        """Is the due checkpoint passed over for the pause? (Counted when it is.)"""
+        paused = self.left_s() > 0.0
+        self.passed_over += paused
+        return paused
 
 
 @dataclass(frozen=True)

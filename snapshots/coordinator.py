@@ -16,8 +16,8 @@ the actor (:mod:`~pulsegraph.snapshots.coordinator_actor`) passes Ray handles, u
 - **Checkpoints** are placed by the hand-off thread: once ``--checkpoint-every`` epochs were sealed
   since the last, the newest sealed epoch becomes the checkpoint as a hand-off starts, the hand-off
   ends there, and the consumer's checkpoint follows, so its state is saved as of exactly that epoch.
-  A checkpoint that stalled a stage ``d`` seconds pauses the next for ``d * (1 / budget - 1)``
-  (``--checkpoint-budget``, after Flink's minimum pause).
+  One that stalled a stage ``d`` s pauses the next ``d * (1 / budget - 1)`` s (``--checkpoint-budget``);
+  one passed over is written when the pause ends if the stream went quiet meanwhile.
 - **Recovery.** The epoch each hand-off ends at is marked ranked beside the log; a re-cut after a
   crash ends its hand-offs at the same epochs and checkpoints re-cut epochs at the multiples. ``stop``
   lets the hand-off in flight finish and leaves queued epochs, sealed and logged, to the next launch.
@@ -29,21 +29,17 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
-from pulsegraph.base.arrays import unique
-from pulsegraph.snapshots.checkpoint import CheckpointStore
+from pulsegraph.snapshots.checkpoint import CheckpointPace, CheckpointStore
+from pulsegraph.snapshots.delta import ShardSummary, late_transactions
 from pulsegraph.snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from pulsegraph.snapshots.exceptions import EpochOrderError
 from pulsegraph.snapshots.recovery import RecoveryPlan
-from pulsegraph.snapshots.store import ShardSummary
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +52,8 @@ RECENT = 256
 # Checkpoints quicker than this never pause the next ones: a small graph keeps one every
 # --checkpoint-every epochs, as before the budget.
 CHECKPOINT_PAUSE_FROM_S = 0.25
+# How often an idle hand-off thread looks whether a checkpoint the pause passed over may be written now.
+IDLE_CHECKPOINT_POLL_S = 1.0
 # stop() waits this long for the hand-off in flight (its checkpoint, if it ends at one, is then
 # committed); the wiring's own wait on stop() is longer.
 STOP_WAIT_S = 30.0
@@ -74,7 +72,8 @@ class CoordinatorConfig:
     ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
     hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
     ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest sealed
-    one before :meth:`Coordinator.status` says the lag is over its bound (None: no bound, only reported)."""
+    one before :meth:`Coordinator.status` says the lag is over its bound (None: no bound, only reported).
+    ``clock``: the monotonic clock the checkpoint pause is timed by."""
 
     log_path: str
     interval_s: float | None = None
@@ -86,6 +85,7 @@ class CoordinatorConfig:
     checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S
     max_queued_bytes: int | None = None
     max_result_lag: float | None = None
+    clock: Callable[[], float] = time.monotonic
 
 
 # A call made: calling it waits for its answer (a Ray future's ray.get, or a value computed already).
@@ -122,9 +122,8 @@ class Coordinator:
         self._log = EpochLog(config.log_path)
         self._data_dir = config.data_dir
         self._checkpoints = CheckpointStore(config.data_dir) if config.data_dir and config.checkpoint_every else None
-        self._checkpoint_s = 0.0  # the longest stall of one stage in the last checkpoint
-        self._checkpoint_done = -math.inf  # time.monotonic() when it was committed
-        self._checkpoints_paused = 0  # hand-offs that found a checkpoint due and passed it over for the pause
+        self._pace = CheckpointPace(config.checkpoint_budget, config.checkpoint_pause_from_s, config.clock)
+        self._durable_epoch = resume.epoch if resume else 0  # the newest checkpoint committed
         self._checkpointed = resume.epoch if resume else 0  # the newest epoch made a checkpoint
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
@@ -273,12 +272,14 @@ class Coordinator:
             self._last = epoch
             self._recent.append(epoch)
             self._republish = False
+            late = late_transactions(summaries)
+            self._late += late
             info = EpochInfo(
                 epoch=epoch.number, vector=dict(vector), records=records, sealed_at=epoch.sealed_at,
                 commit_ms=(epoch.sealed_at - epoch.cut_at) * 1000.0, timeliness_ms=epoch.timeliness_ms,
                 cut_at=epoch.cut_at, updates=sum(s.updates for s in summaries),
                 live_edges=sum(s.live_edges for s in summaries), window=self._window, watermark=epoch.watermark,
-                late=self._count_late(summaries), delta_bytes=sum(s.delta_bytes for s in summaries),
+                late=late, delta_bytes=sum(s.delta_bytes for s in summaries),
             )
             # A re-cut epoch is a checkpoint at the multiples, as it is re-cut: after a crash with nothing
             # new to read, the newest checkpoint catches up with the log. New epochs are made checkpoints
@@ -305,48 +306,45 @@ class Coordinator:
         assert self._data_dir is not None  # checkpoints are configured only with a data folder
         return epoch, epoch.valid, self._stages.checkpoint_shards(epoch.number, self._data_dir), self._late
 
+    def _checkpoint_due(self, last: Epoch | None) -> bool:
+        """Is ``last`` (the newest sealed epoch) to be a checkpoint: ``checkpoint_every`` epochs sealed since the
+        last one, none re-cut still (re-cut epochs are checkpointed as they are cut)?"""
+        return (
+            self._checkpoints is not None and not self._replay and last is not None and last.valid is not None
+            and last.number - self._checkpointed >= self.config.checkpoint_every
+        )
+
     def _checkpoint_newest(self) -> None:
         """Make the newest sealed epoch a checkpoint if one is due and it is still queued: the hand-off about to
         start then ends at it. The budget's pause passes a due checkpoint over (and counts it)."""
-        def due(last: Epoch | None) -> bool:
-            return last is not None and last.valid is not None and last.number - self._checkpointed >= self.config.checkpoint_every
-
-        if self._checkpoints is None or self._replay or not due(self._last):
-            return  # re-cut epochs are checkpointed as they are cut; none is due (seen without waiting for a cut)
+        if not self._checkpoint_due(self._last):
+            return  # seen without waiting for a cut
         with self._cut_lock:
             last = self._last
-            if last is None or not due(last):
+            if last is None or not self._checkpoint_due(last):
                 return
             with self._queued:
                 if not self._queue or self._queue[-1][0].epoch != last.number or self._queue[-1][2] is not None:
                     return
-            if self._checkpoint_paused():
+            if self._pace.pass_over():
                 return
             parts = self._checkpoint_parts(last)
             with self._queued:
                 info, deltas, _, replaying = self._queue[-1]
                 self._queue[-1] = (info, deltas, parts, replaying)
 
-    def _checkpoint_paused(self) -> bool:
-        """Is a new epoch too soon after the last checkpoint for the budget? (Re-cut epochs are never asked:
-        after a crash with nothing new to read, the newest checkpoint must catch up with the log.)"""
-        d = self._checkpoint_s
-        if d < self.config.checkpoint_pause_from_s or self.config.checkpoint_budget >= 1.0:
-            return False
-        if time.monotonic() - self._checkpoint_done >= d * (1.0 / self.config.checkpoint_budget - 1.0):
-            return False
-        self._checkpoints_paused += 1
-        return True
-
-    def _count_late(self, summaries) -> int:
-        """Late transactions of the epoch, each once, though its updates may sit on several shards."""
-        by_part: dict[str, list[np.ndarray]] = {}
-        for s in summaries:
-            for p, offsets in s.late.items():
-                by_part.setdefault(p, []).append(offsets)
-        late = sum(len(unique(np.concatenate(o))) for o in by_part.values())
-        self._late += late
-        return late
+    def _checkpoint_idle(self) -> None:
+        """With nothing queued, write the checkpoint the pause passed over once it ends: the consumer has
+        merged exactly the newest sealed epoch. (A stream that went quiet left it undurable for good.)"""
+        if self._failed or self._pace.left_s() > 0.0 or not self._checkpoint_due(self._last):
+            return
+        with self._cut_lock:
+            last = self._last
+            with self._queued:
+                if self._queue or last is None or self._handed_through != last.number or not self._checkpoint_due(last):
+                    return
+            parts = self._checkpoint_parts(last)
+        self._checkpoint(*parts)
 
     # -- the hand-off thread -----------------------------------------------------------------
     def _next_batch(self) -> list:
@@ -365,11 +363,14 @@ class Coordinator:
     def _hand_off_loop(self) -> None:
         while True:
             with self._queued:
-                while not self._queue and not self._stop.is_set():
-                    self._queued.wait()
+                if not self._queue and not self._stop.is_set():
+                    self._queued.wait(IDLE_CHECKPOINT_POLL_S if self._checkpoint_due(self._last) else None)
                 if self._stop.is_set():
                     return  # what is queued stays sealed and logged for the next launch
-                self._busy = True
+                self._busy = bool(self._queue)
+            if not self._busy:
+                self._checkpoint_idle()
+                continue
             self._checkpoint_newest()
             with self._queued:
                 batch = self._next_batch()
@@ -398,15 +399,16 @@ class Coordinator:
             self._log.mark_ranked(infos[-1].epoch)
             self._handed = self._stages.consume(infos, [d for _, deltas, _, _ in batch for d in deltas])
             self._ranked_sealed_at = infos[-1].sealed_at
-        checkpoint = batch[-1][2]
-        if checkpoint is not None:
-            epoch, valid, shards_written, late = checkpoint
-            try:
-                self._checkpoint(epoch, valid, shards_written, late)
-            except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
-                log.exception("checkpoint of epoch %d failed", epoch.number)
+        if batch[-1][2] is not None:
+            self._checkpoint(*batch[-1][2])
 
     def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int = 0) -> None:
+        try:
+            self._commit_checkpoint(epoch, valid, shards_written, late)
+        except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
+            log.exception("checkpoint of epoch %d failed", epoch.number)
+
+    def _commit_checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int) -> None:
         """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
         files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None and self._data_dir is not None  # only where checkpoints are configured
@@ -417,11 +419,10 @@ class Coordinator:
         self._checkpoints.commit(
             epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, compute_digest, late,
         )
-        self._checkpoint_s = max([compute_s, *(s for _, s in written)])
-        self._checkpoint_done = time.monotonic()
+        self._pace.done(max([compute_s, *(s for _, s in written)]))
         epoch.advance(EpochStatus.DURABLE)
         with self._lock:
-            self._durable = dict(epoch.vector)
+            self._durable, self._durable_epoch = dict(epoch.vector), epoch.number
         oldest = self._checkpoints.oldest()
         if oldest is not None:
             # Recovery re-cuts from a checkpoint kept on disk, the oldest one at worst (and reads that
@@ -488,7 +489,7 @@ class Coordinator:
             "window": self._window,
             "watermark": last.watermark if last else None,
             "late": self._late,
-            "checkpoint": {"seconds": round(self._checkpoint_s, 3), "paused": self._checkpoints_paused},
+            "checkpoint": {"epoch": self._durable_epoch, "seconds": round(self._pace.stall_s, 3), "paused": self._pace.passed_over},
             "recent": [
                 {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
                 for e in list(self._recent)[-10:]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pulsegraph.base.arrays import unique
 from pulsegraph.ingest.events import WEIGHT_SCALE
 
 _I32 = np.zeros(0, dtype=np.int32)
@@ -67,6 +68,15 @@ class ShardSummary:
     late: dict[str, np.ndarray] = field(default_factory=dict)
     # The delta's size (EpochDelta.nbytes): what the epoch adds to the queue for the compute stage.
     delta_bytes: int = 0
+
+
+def late_transactions(summaries: list[ShardSummary]) -> int:
+    """The epoch's late transactions, each once, though its updates may sit on several shards."""
+    by_part: dict[str, list[np.ndarray]] = {}
+    for s in summaries:
+        for p, offsets in s.late.items():
+            by_part.setdefault(p, []).append(offsets)
+    return sum(len(unique(np.concatenate(o))) for o in by_part.values())
 
 
 def weight_of(fixed: np.ndarray | int):

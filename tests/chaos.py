@@ -181,7 +181,7 @@ def run_chaos(broker, topic: str, workdir, faults: int | list[str], seed: int, r
             time.sleep(0.5)
         health = svc.health() or {}
         assert health.get("ingest") == "running" and health.get("status") == "ok", health
-        time.sleep(1.0)  # the checkpoint of the final epoch (--checkpoint-every 1)
+        svc.wait_checkpointed(final["epoch"])  # --checkpoint-every 1
     finally:
         producer.halt.set()
         svc.stop()

@@ -74,6 +74,14 @@ class Service:
         except (httpx.TransportError, ValueError):
             return None
 
+    def wait_checkpointed(self, epoch: int, timeout: float = 120.0) -> None:
+        """Until the newest checkpoint is ``epoch`` or later (after a slow one the budget pauses the next
+        for up to nine times as long; a quiet stream's newest epoch is then written when the pause ends)."""
+        deadline = time.monotonic() + timeout
+        while ((self.health() or {}).get("checkpoint") or {}).get("epoch", 0) < epoch:
+            assert time.monotonic() < deadline, f"epoch {epoch} was not checkpointed within {timeout} s: {self.health()}"
+            time.sleep(0.25)
+
     def wait_for(self, predicate, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -127,7 +135,7 @@ def test_a_sigkill_mid_stream_ends_in_the_uninterrupted_graph(kafka_broker, tmp_
         want_vector = end_vector(records)
         final = svc.wait_for(lambda e: e["vector"] == want_vector, timeout=180)
         assert final["records"] == 16_010
-        time.sleep(1.0)  # the checkpoint of the final epoch
+        svc.wait_checkpointed(final["epoch"])
     finally:
         svc.stop()
     vector, graph = checkpointed_graph(data)

@@ -17,7 +17,7 @@ import pytest
 
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
-from pulsegraph.snapshots.coordinator import Coordinator, CoordinatorConfig
+from pulsegraph.snapshots.coordinator import IDLE_CHECKPOINT_POLL_S, Coordinator, CoordinatorConfig
 from pulsegraph.snapshots.epoch import EpochInfo, EpochLog
 from pulsegraph.snapshots.exceptions import EpochOrderError
 from pulsegraph.snapshots.recovery import plan_recovery
@@ -213,6 +213,30 @@ def test_a_small_checkpoint_budget_pauses_checkpoints_and_the_status_counts_the_
     # The first checkpoint took some milliseconds: at a millionth of the time, the next would wait for hours.
     assert paused == [1] * 8
     assert status["checkpoint"]["paused"] == 7 and status["checkpoint"]["seconds"] > 0
+
+
+def test_a_checkpoint_the_pause_passed_over_is_written_when_it_ends_though_the_stream_went_quiet(tmp_path, harnesses):
+    """A quiet stream cuts no new epoch that could become the checkpoint: the newest stayed undurable for good
+    (a CI chaos run ended with the final epochs after the last checkpoint, paused after a relaunch's)."""
+    clock = [0.0]
+    data = tmp_path / "data"
+    config = CoordinatorConfig(
+        log_path=str(data / "epochs.log"), data_dir=str(data), checkpoint_every=1, checkpoint_budget=1e-6,
+        checkpoint_pause_from_s=0.0, clock=lambda: clock[0],
+    )
+    h = Harness(config)
+    harnesses.append(h)
+    h.cut(1)
+    h.coordinator.flush()
+    h.cut(2)
+    h.coordinator.flush()
+    time.sleep(2 * IDLE_CHECKPOINT_POLL_S)
+    status = h.coordinator.status()["checkpoint"]
+    assert CheckpointStore(data).latest().epoch == 1 and status["epoch"] == 1 and status["paused"] == 1
+    clock[0] += 1e9  # the pause (a million times the first checkpoint's stall) is over
+    wait_for(lambda: h.coordinator.status()["checkpoint"]["epoch"] == 2, "the idle coordinator never wrote epoch 2")
+    logged = EpochLog.read(str(data / "epochs.log"))
+    assert CheckpointStore(data).latest().epoch == logged[-1].epoch == 2, "a restart has nothing to re-cut"
 
 
 def test_after_a_crash_the_logged_epochs_are_cut_again_with_their_numbers_and_vectors(tmp_path, harnesses):
