@@ -90,7 +90,7 @@ def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
     label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
     if label < 0:
         return None
-    size = int(np.count_nonzero(store.components.row(e, 0, n) == label))
+    size = view.component_size(label, lambda: store.components.row(e, 0, n))
     return {"id": store.names[label], "size": size}
 
 
