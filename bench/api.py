@@ -10,6 +10,7 @@ the reads side by side with the ranking over that many partition actors.
 
     .venv/bin/python -m bench.api --seconds 20 --connections 64
     .venv/bin/python -m bench.api --seconds 15 --compute-partitions 1 3
+    .venv/bin/python -m bench.api --seconds 10 --code /tmp/before   # a worktree of the commit to compare with
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import tempfile
 import time
 
 import httpx
+
+from pathlib import Path
 
 from bench.machine import describe as machine
 
@@ -72,6 +75,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1000, help="events/s the pipeline ingests meanwhile")
     ap.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of: {', '.join(ROUTES)}")
     ap.add_argument("--compute-partitions", type=int, nargs="+", default=[1], help="one service run per count, in turn")
+    ap.add_argument("--code", type=Path, help="run the service from this checkout (e.g. a worktree of the commit to compare with)")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         print("bench.api needs wrk: apt-get install -y wrk", file=sys.stderr)
@@ -87,14 +91,16 @@ def main() -> int:
 
 def serve_and_drive(args: argparse.Namespace, parts: int) -> None:
     """One ``pulsegraph run`` with ``parts`` ranking partitions, each route driven by wrk in turn."""
-    exe = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
+    # Another checkout's code is run from its folder with ``-m``, which puts that folder first on the path.
+    exe = [sys.executable, "-m", "pulsegraph.cli"] if args.code else [os.path.join(os.path.dirname(sys.executable), "pulsegraph")]
+    env = {**os.environ, "PYTHONPATH": str(args.code)} if args.code else None
     port = free_port()
     data = tempfile.mkdtemp(prefix="pg-bench-api-")
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [exe, "run", "--port", str(port), "--data-dir", data, "--rate", str(args.rate), "--log-level", "WARNING",
+        [*exe, "run", "--port", str(port), "--data-dir", data, "--rate", str(args.rate), "--log-level", "WARNING",
          "--compute-partitions", str(parts)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=data,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(args.code) if args.code else data, env=env,
     )
     try:
         deadline = time.monotonic() + 180
