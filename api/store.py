@@ -66,7 +66,7 @@ class EpochView:
     def component_size(self, label: int, labels: Callable[[], np.ndarray]) -> int:
         """The size of the component labelled ``label``; ``labels()``: every vertex's label in this epoch.
         The sizes of all are counted in one pass, kept while the epoch is hot: a count per request made a
-        vertex read cost a pass over every vertex (50 ms at 2.6 M)."""
+        vertex read cost a pass over every vertex (65 ms at 2.6 M)."""
         sizes = self._component_sizes
         if sizes is None:
             every = labels()
