@@ -129,8 +129,10 @@ def create_app(
     app.state.broadcaster = broadcaster
     app.state.edge = ctx.edge
 
-    app.add_middleware(vertices.VertexPaths)
-    if not ctx.auth.protect_reads:
+    if ctx.auth.protect_reads:  # the fast paths answer before the read check: none
+        app.add_middleware(vertices.VertexPaths)
+    else:
+        app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.vertex_body(store, vertex, epoch))
         app.add_middleware(rank.FastTop, answer=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True))
     app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:

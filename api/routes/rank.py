@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, errors
+from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.models import Algorithms, Movers, TopRanking
 from pulsegraph.api.ranking import TOP_CACHE
 
@@ -49,13 +50,6 @@ def movers(
     return JSON(queries.movers(store, algo, from_, to, k))
 
 
-class _Route:
-    """What the timing middleware reads of a matched route: its path template."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
 class FastTop:
     """``GET /v1/rank/top`` with plain, valid parameters, answered before FastAPI's routing and per-parameter
     validation, which are about half of the route's cost in the server (the hottest read: dashboards poll it).
@@ -70,7 +64,7 @@ class FastTop:
     def __init__(self, app, answer: Callable[[int, str, int | None], bytes | None]) -> None:
         self.app = app
         self.answer = answer
-        self.route = _Route(self.PATH)
+        self.route = TimedRoute(self.PATH)
 
     def _params(self, query: bytes) -> tuple[int, str, int | None] | None:
         k, algo, epoch = 10, "pagerank", None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 from urllib.parse import quote, unquote, unquote_to_bytes
 
@@ -10,6 +11,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
+from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.models import History, Neighbors, Vertex
 
 # Per-request bounds: each item is answered from memory in well under a millisecond.
@@ -37,12 +39,20 @@ class VertexPaths:
     """Routes under ``/v1/vertices/`` take the id from the *raw* path, where a ``/`` inside an id is still
     ``%2F``: the server decodes the path before routing, and an id such as ``https://site.example/alice``
     would otherwise be three segments that no route matches. The id's segment is decoded once and put back
-    encoded, so the router sees one segment and the convertor hands the route the id."""
+    encoded, so the router sees one segment and the convertor hands the route the id.
+
+    With ``answer`` (reads open to all), a plain ``GET /v1/vertices/{id}`` (no parameter but a valid
+    ``epoch``) is answered here, before FastAPI's routing and validation, as :class:`~pulsegraph.api.routes.rank.FastTop`
+    answers the top: ``answer(id, epoch)`` gives the route's bytes, or None where the route answers an error
+    and is handed the request; a test checks both give the same bytes."""
 
     PREFIX = b"/v1/vertices/"
+    ROUTE = TimedRoute("/v1/vertices/{vertex_id}")
+    _HEADERS = [(b"content-type", b"application/json")]
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, answer: Callable[[str, int | None], bytes | None] | None = None) -> None:
         self.app = app
+        self.answer = answer
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/v1/vertices/"):
@@ -53,10 +63,27 @@ class VertexPaths:
                     vertex = unquote_to_bytes(segment).decode("utf-8")
                 except UnicodeDecodeError:
                     vertex = "\ufffd"  # no id that ingest accepts decodes so: the route answers 404
+                if self.answer is not None and not slash and scope["method"] == "GET":
+                    body = self._fast(vertex, scope["query_string"])
+                    if body is not None:
+                        scope["route"] = self.ROUTE
+                        await send({"type": "http.response.start", "status": 200,
+                                    "headers": self._HEADERS + [(b"content-length", str(len(body)).encode())]})
+                        await send({"type": "http.response.body", "body": body})
+                        return
                 tail = unquote((slash + rest).decode("latin-1"))
                 # In place: the timing middleware outside reads the route the router puts in this scope.
                 scope["path"] = "/v1/vertices/" + quote(vertex, safe="") + tail
         await self.app(scope, receive, send)
+
+    def _fast(self, vertex: str, query: bytes) -> bytes | None:
+        assert self.answer is not None
+        if not query:
+            return self.answer(vertex, None)
+        key, _, value = query.partition(b"=")
+        if key == b"epoch" and value.isdigit() and len(value) <= 15 and int(value) >= 1:
+            return self.answer(vertex, int(value))
+        return None  # any other parameter, or more than one: the route validates them
 
 
 router = APIRouter()

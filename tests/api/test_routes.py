@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -186,6 +187,26 @@ def test_stream_sends_one_event_per_epoch(server):
                 if len(seen) == 3:
                     break
     assert seen == sorted(seen) and len(set(seen)) == 3
+
+
+def test_the_fast_vertex_path_answers_what_the_route_answers(running):
+    _, client = running
+    epoch = client.get("/v1/epochs", params={"limit": 2}).json()["items"][-1]["epoch"]
+    names = [item["vertex"] for item in client.get("/v1/rank/top", params={"k": 5}).json()["items"]]
+    for name in names:
+        path = "/v1/vertices/" + quote(name, safe="")
+        for query in ("", f"?epoch={epoch}"):
+            fast = client.get(path + query)
+            # An unknown parameter takes the request past the fast path to the FastAPI route, which ignores it.
+            route = client.get(path + (query + "&" if query else "?") + "via=route")
+            assert fast.status_code == route.status_code == 200, (fast.text, route.text)
+            assert fast.content == route.content and fast.headers["content-type"] == route.headers["content-type"]
+            assert fast.json()["vertex"] == name
+    for query, status in (("?epoch=0", 422), ("?epoch=999999999", 404), ("?epoch=x", 422)):
+        r = client.get("/v1/vertices/" + quote(names[0], safe="") + query)
+        assert r.status_code == status and r.json()["error"]["code"], (query, r.text)
+    r = client.get("/v1/vertices/no-such-vertex-anywhere")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "vertex_not_found", r.text
 
 
 def test_the_fast_top_path_answers_what_the_route_answers(running):
