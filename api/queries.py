@@ -90,8 +90,12 @@ def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
     label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
     if label < 0:
         return None
-    size = view.component_size(label, lambda: store.components.row(e, 0, n))
-    return {"id": store.names[label], "size": size}
+    def sizes() -> np.ndarray:
+        labels = store.components.row(e, 0, n)
+        return np.bincount(labels[labels >= 0])
+
+    size = view.derived("component_sizes", sizes)
+    return {"id": store.names[label], "size": int(size[label]) if label < len(size) else 0}
 
 
 def vertex(store: ResultStore, name: str, epoch: int | None) -> dict:
@@ -169,10 +173,10 @@ def topics(store: ResultStore, sort: str, k: int, epoch: int | None) -> dict:
     t = apps_of(view, TopicsResult)
     tags = t.tags
     if sort == "controversy":
-        order = np.arange(len(tags))  # published in this order
+        order = np.arange(min(k, len(tags)))  # published in this order
     else:
         key = t.usage if sort == "usage" else t.users
-        order = np.lexsort((tags, -key))
+        order = view.derived(f"topics_by_{sort}", lambda: np.lexsort((tags, -key)))  # up to every hashtag's
     names = store.names
     items = []
     for i in order[:k].tolist():

@@ -16,11 +16,13 @@ MAX_TOPICS = 1000
 router = APIRouter()
 
 
+# On the event loop: the orders by usage and users (a sort of every hashtag) are derived once an epoch
+# (EpochView.derived), so a read is its k items.
 @router.get(
     "/v1/topics", response_model=TopicList, responses=errors(404),
     summary="hashtags with their K-exposure curves, most controversial (persistent) first",
 )
-def topics(
+async def topics(
     store: Store,
     sort: Literal["controversy", "usage", "users"] = "controversy",
     k: Annotated[int, Query(ge=1, le=MAX_TOPICS)] = 20,
