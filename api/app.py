@@ -38,6 +38,7 @@ from pulsegraph.api.routes import (
     components,
     epochs,
     events,
+    fast,
     health,
     pages,
     paths,
@@ -133,7 +134,10 @@ def create_app(
         app.add_middleware(vertices.VertexPaths)
     else:
         app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.vertex_body(store, vertex, epoch))
-        app.add_middleware(rank.FastTop, answer=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True))
+        app.add_middleware(
+            fast.FastReads, top=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True),
+            latest=lambda: queries.latest_body(store),
+        )
     app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:
         app.add_middleware(

@@ -112,6 +112,14 @@ def vertex(store: ResultStore, name: str, epoch: int | None) -> dict:
     }
 
 
+def latest_body(store: ResultStore) -> bytes | None:
+    """The newest epoch's facts as ``/v1/epochs/latest`` gives them, or None before the first (the route's 404)."""
+    try:
+        return store.get().info_json
+    except ApiError:
+        return None
+
+
 def vertex_body(store: ResultStore, name: str, epoch: int | None) -> bytes | None:
     """:func:`vertex` as the route's JSON, or None where the route would answer an error (for the fast path,
     which hands those to the route)."""

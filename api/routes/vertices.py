@@ -13,6 +13,7 @@ from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
 from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.models import History, Neighbors, Vertex
+from pulsegraph.api.routes.fast import send_json
 
 # Per-request bounds: each item is answered from memory in well under a millisecond.
 MAX_NEIGHBORS = 1000
@@ -42,13 +43,11 @@ class VertexPaths:
     encoded, so the router sees one segment and the convertor hands the route the id.
 
     With ``answer`` (reads open to all), a plain ``GET /v1/vertices/{id}`` (no parameter but a valid
-    ``epoch``) is answered here, before FastAPI's routing and validation, as :class:`~pulsegraph.api.routes.rank.FastTop`
-    answers the top: ``answer(id, epoch)`` gives the route's bytes, or None where the route answers an error
-    and is handed the request; a test checks both give the same bytes."""
+    ``epoch``) is answered here, before FastAPI (:mod:`pulsegraph.api.routes.fast`): ``answer(id, epoch)``
+    gives the route's bytes, or None where the route answers an error and is handed the request."""
 
     PREFIX = b"/v1/vertices/"
     ROUTE = TimedRoute("/v1/vertices/{vertex_id}")
-    _HEADERS = [(b"content-type", b"application/json")]
 
     def __init__(self, app, answer: Callable[[str, int | None], bytes | None] | None = None) -> None:
         self.app = app
@@ -66,10 +65,7 @@ class VertexPaths:
                 if self.answer is not None and not slash and scope["method"] == "GET":
                     body = self._fast(vertex, scope["query_string"])
                     if body is not None:
-                        scope["route"] = self.ROUTE
-                        await send({"type": "http.response.start", "status": 200,
-                                    "headers": self._HEADERS + [(b"content-length", str(len(body)).encode())]})
-                        await send({"type": "http.response.body", "body": body})
+                        await send_json(scope, send, self.ROUTE, body)
                         return
                 tail = unquote((slash + rest).decode("latin-1"))
                 # In place: the timing middleware outside reads the route the router puts in this scope.
