@@ -90,6 +90,7 @@ def component_of(store: ResultStore, view: EpochView, i: int) -> dict | None:
     label = int(store.components.at(e, np.zeros(1, np.int64), np.array([i]))[0])
     if label < 0:
         return None
+
     def sizes() -> np.ndarray:
         labels = store.components.row(e, 0, n)
         return np.bincount(labels[labels >= 0])
