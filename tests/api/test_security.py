@@ -7,8 +7,10 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from pulsegraph.api.app import create_app
+from pulsegraph.compute.ids import NameChanges
 from pulsegraph.api.store import ResultStore
 from pulsegraph.settings import Settings
+from tests.api.test_archive import NAMES, result
 
 TOKEN = "hT3v_QwYz8pL0cR5nK2mX9aB7dF4gJ6s-Ue1"  # random, as an operator would generate it
 
@@ -48,6 +50,20 @@ def test_reads_open_by_default_and_protected_on_request():
     assert c.get("/v1/epochs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     assert c.get("/health").status_code == 200  # liveness stays open
     assert c.get("/").status_code == 200  # the page itself holds no data
+
+
+def test_protected_reads_cover_the_reads_answered_before_fastapi():
+    """The top, the newest epoch and a plain vertex read are answered before FastAPI's routing when reads are
+    open; with reads protected they go through the read check like every other read."""
+    store = ResultStore()
+    store.add([result(1, full=True)], NameChanges(0, NAMES))
+    open_ = TestClient(create_app(store))
+    protected = TestClient(create_app(store, api_token=TOKEN, protect_reads=True))
+    for path in ("/v1/rank/top?k=3", "/v1/epochs/latest", "/v1/vertices/v1", "/v1/vertices/v1?epoch=1"):
+        assert open_.get(path).status_code == 200, path
+        assert protected.get(path).status_code == 401, path
+        granted = protected.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert granted.status_code == 200 and granted.content == open_.get(path).content, path
 
 
 def test_cors_only_for_configured_origins():
