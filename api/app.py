@@ -133,11 +133,12 @@ def create_app(
     if ctx.auth.protect_reads:  # the fast paths answer before the read check: none
         app.add_middleware(vertices.VertexPaths)
     else:
-        app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.vertex_body(store, vertex, epoch))
-        app.add_middleware(
-            fast.FastReads, top=lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True),
-            latest=lambda: queries.latest_body(store),
-        )
+        app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.quietly(queries.vertex, store, vertex, epoch))
+        app.add_middleware(fast.FastReads, answers={
+            "/v1/rank/top": (fast.TOP, lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True)),
+            "/v1/epochs/latest": (({}, {}), lambda: queries.quietly(lambda: store.get().info_json)),  # no parameter
+            "/v1/topics": (fast.TOPICS, lambda sort, k, epoch: queries.quietly(queries.topics, store, sort, k, epoch)),
+        })
     app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:
         app.add_middleware(

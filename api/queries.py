@@ -7,6 +7,7 @@ beyond raising the API's errors for what is not there. Everything is read from t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -113,21 +114,14 @@ def vertex(store: ResultStore, name: str, epoch: int | None) -> dict:
     }
 
 
-def latest_body(store: ResultStore) -> bytes | None:
-    """The newest epoch's facts as ``/v1/epochs/latest`` gives them, or None before the first (the route's 404)."""
+def quietly(query: Callable[..., Any], *args) -> bytes | None:
+    """``query(*args)`` as its route's JSON (bytes pass as they are), or None where the route answers an error:
+    a fast path (:mod:`pulsegraph.api.routes.fast`) then hands the request on to the route."""
     try:
-        return store.get().info_json
+        got = query(*args)
     except ApiError:
         return None
-
-
-def vertex_body(store: ResultStore, name: str, epoch: int | None) -> bytes | None:
-    """:func:`vertex` as the route's JSON, or None where the route would answer an error (for the fast path,
-    which hands those to the route)."""
-    try:
-        return orjson.dumps(vertex(store, name, epoch), option=orjson.OPT_SERIALIZE_NUMPY)
-    except ApiError:
-        return None
+    return got if isinstance(got, bytes) else orjson.dumps(got, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:

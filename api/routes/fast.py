@@ -1,6 +1,6 @@
 """The hottest reads answered before FastAPI's routing and per-parameter validation, which are most of a
-small read's cost in the server: ``GET /v1/rank/top`` and ``GET /v1/epochs/latest``, the two a dashboard
-polls (:class:`FastReads`), and a plain ``GET /v1/vertices/{id}``
+small read's cost in the server: ``GET /v1/rank/top``, ``GET /v1/epochs/latest`` and ``GET /v1/topics``
+(:class:`FastReads`), and a plain ``GET /v1/vertices/{id}``
 (:class:`~pulsegraph.api.routes.vertices.VertexPaths`, which reads the id from the raw path).
 
 Only requests with plain, valid parameters are answered here, with the bytes the route gives; anything
@@ -12,9 +12,11 @@ are open to all: they answer before the read check.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.ranking import TOP_CACHE
+from pulsegraph.api.routes.topics import MAX_TOPICS, SORTS
 
 _HEADERS = [(b"content-type", b"application/json")]
 
@@ -27,48 +29,55 @@ async def send_json(scope, send, route: TimedRoute, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def top_params(query: bytes) -> tuple[int, str, int | None] | None:
-    """``k``, ``algo`` and ``epoch`` of a plain top query, with the route's defaults; None for anything else."""
-    k, algo, epoch = 10, "pagerank", None
-    seen = set()
+def _count(most: int) -> Callable[[bytes], int | None]:
+    return lambda v: int(v) if v.isdigit() and len(v) <= len(str(most)) and 1 <= int(v) <= most else None
+
+
+def _epoch(v: bytes) -> int | None:
+    return int(v) if v.isdigit() and len(v) <= 15 and int(v) >= 1 else None
+
+
+def _name(choices: tuple[str, ...] | None = None) -> Callable[[bytes], str | None]:
+    def parse(v: bytes) -> str | None:
+        name = v.decode("ascii") if len(v) <= 64 else None
+        return name if name is not None and (choices is None or name in choices) else None
+    return parse
+
+
+def plain_params(query: bytes, defaults: dict[str, Any], parsers: dict[bytes, Callable[[bytes], Any]]) -> dict[str, Any] | None:
+    """``defaults`` with the query's parameters: each once, one of ``parsers``, its value alphanumeric and
+    valid by its parser; None for anything else (the route then validates it, and answers its error)."""
+    got, seen = dict(defaults), set()
     for part in query.split(b"&") if query else ():
         key, _, value = part.partition(b"=")
-        if key in seen or not value.isalnum():
+        parse = parsers.get(key)
+        if parse is None or key in seen or not value.isalnum():
             return None
         seen.add(key)
-        if key == b"k" and value.isdigit() and len(value) <= 4:
-            k = int(value)
-        elif key == b"epoch" and value.isdigit() and len(value) <= 15:
-            epoch = int(value)
-        elif key == b"algo" and len(value) <= 64:
-            algo = value.decode("ascii")
-        else:
+        got[key.decode()] = parse(value)
+        if got[key.decode()] is None:
             return None
-    if not 1 <= k <= TOP_CACHE or (epoch is not None and epoch < 1):
-        return None
-    return k, algo, epoch
+    return got
+
+
+TOP = ({"k": 10, "algo": "pagerank", "epoch": None}, {b"k": _count(TOP_CACHE), b"algo": _name(), b"epoch": _epoch})
+TOPICS = ({"sort": "controversy", "k": 20, "epoch": None}, {b"sort": _name(SORTS), b"k": _count(MAX_TOPICS), b"epoch": _epoch})
 
 
 class FastReads:
-    """``top(k, algo, epoch)`` answers ``GET /v1/rank/top``, ``latest()`` ``GET /v1/epochs/latest`` (no
-    parameter): the route's bytes, or None where the route answers (an error)."""
+    """``answers``: by path, the query's parameters (``defaults`` and ``parsers`` for :func:`plain_params`)
+    and ``answer(**params)``, the route's bytes or None where the route answers (an error)."""
 
-    TOP, LATEST = TimedRoute("/v1/rank/top"), TimedRoute("/v1/epochs/latest")
-
-    def __init__(self, app, top: Callable[[int, str, int | None], bytes | None], latest: Callable[[], bytes | None]) -> None:
+    def __init__(self, app, answers: dict[str, tuple[tuple[dict, dict], Callable[..., bytes | None]]]) -> None:
         self.app = app
-        self.top = top
-        self.latest = latest
+        self.answers = {path: (TimedRoute(path), params, answer) for path, (params, answer) in answers.items()}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "GET":
-            path, body = scope["path"], None
-            if path == self.TOP.path:
-                params = top_params(scope["query_string"])
-                body = self.top(*params) if params is not None else None
-            elif path == self.LATEST.path and not scope["query_string"]:
-                body = self.latest()
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in self.answers:
+            route, (defaults, parsers), answer = self.answers[scope["path"]]
+            params = plain_params(scope["query_string"], defaults, parsers)
+            body = answer(**params) if params is not None else None
             if body is not None:
-                await send_json(scope, send, self.TOP if path == self.TOP.path else self.LATEST, body)
+                await send_json(scope, send, route, body)
                 return
         await self.app(scope, receive, send)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Query
 
@@ -12,6 +12,8 @@ from pulsegraph.api.models import TopicList
 
 # A list computed per epoch: bounded by what the epoch carries.
 MAX_TOPICS = 1000
+Sort = Literal["controversy", "usage", "users"]
+SORTS: tuple[str, ...] = get_args(Sort)
 
 router = APIRouter()
 
@@ -24,7 +26,7 @@ router = APIRouter()
 )
 async def topics(
     store: Store,
-    sort: Literal["controversy", "usage", "users"] = "controversy",
+    sort: Sort = "controversy",
     k: Annotated[int, Query(ge=1, le=MAX_TOPICS)] = 20,
     epoch: EpochQ = None,
 ) -> JSON:

@@ -44,6 +44,20 @@ def test_topics_carry_usage_users_persistence_and_a_curve(running):
     assert [t["usage"] for t in by_usage] == sorted((t["usage"] for t in by_usage), reverse=True)
 
 
+def test_the_fast_topics_path_answers_what_the_route_answers(running):
+    _, client = running
+    e = epoch_with_topics(client)
+    for query in ("", "?k=3", f"?sort=usage&k=7&epoch={e}", "?sort=users", f"?epoch={e}&sort=controversy"):
+        fast = client.get("/v1/topics" + query)
+        # An unknown parameter takes the request past the fast path to the FastAPI route, which ignores it.
+        route = client.get("/v1/topics" + (query + "&" if query else "?") + "via=route")
+        assert fast.status_code == route.status_code == 200, (query, fast.text)
+        assert fast.content == route.content and fast.headers["content-type"] == route.headers["content-type"], query
+    for query, status in (("?k=0", 422), ("?k=1001", 422), ("?sort=nope", 422), ("?epoch=999999999", 404)):
+        r = client.get("/v1/topics" + query)
+        assert r.status_code == status and r.json()["error"]["code"], (query, r.text)
+
+
 def test_trends_in_movers_form_and_usage_per_epoch(running):
     _, client = running
     epoch_with_topics(client)
