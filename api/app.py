@@ -135,7 +135,7 @@ def create_app(
     else:
         app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.quietly(queries.vertex, store, vertex, epoch))
         app.add_middleware(fast.FastReads, answers={
-            "/v1/rank/top": (fast.TOP, lambda k, algo, epoch: queries.top_body(store, k, algo, epoch, quiet=True)),
+            "/v1/rank/top": (fast.TOP, lambda k, algo, epoch: queries.quietly(queries.top_body, store, k, algo, epoch)),
             "/v1/epochs/latest": (({}, {}), lambda: queries.quietly(lambda: store.get().info_json)),  # no parameter
             "/v1/topics": (fast.TOPICS, lambda sort, k, epoch: queries.quietly(queries.topics, store, sort, k, epoch)),
         })

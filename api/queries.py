@@ -48,15 +48,9 @@ def vertex_in(store: ResultStore, view: EpochView, name: str) -> int:
     return i
 
 
-def top_body(store: ResultStore, k: int, algo: str, epoch: int | None, quiet: bool = False) -> bytes | None:
-    """The top ``k`` of ``algo`` as the route's JSON, from the items encoded once per epoch; with ``quiet``,
-    None where the route would answer an error (the fast path hands those to the route)."""
-    try:
-        view = view_with(store, epoch, algo)
-    except ApiError:
-        if quiet:
-            return None
-        raise
+def top_body(store: ResultStore, k: int, algo: str, epoch: int | None) -> bytes:
+    """The top ``k`` of ``algo`` as the route's JSON, from the items encoded once per epoch."""
+    view = view_with(store, epoch, algo)
     items = view.top_items(algo, store.names)[:k]
     # The certificate of these k: the epoch's proven error bound, and whether it proves their order.
     bound = view.result.bound(algo)

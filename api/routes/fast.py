@@ -54,12 +54,13 @@ def plain_params(query: bytes, defaults: dict[str, Any], parsers: dict[bytes, Ca
         if parse is None or key in seen or not value.isalnum():
             return None
         seen.add(key)
-        got[key.decode()] = parse(value)
-        if got[key.decode()] is None:
+        parsed = got[key.decode()] = parse(value)
+        if parsed is None:
             return None
     return got
 
 
+EPOCH = ({"epoch": None}, {b"epoch": _epoch})
 TOP = ({"k": 10, "algo": "pagerank", "epoch": None}, {b"k": _count(TOP_CACHE), b"algo": _name(), b"epoch": _epoch})
 TOPICS = ({"sort": "controversy", "k": 20, "epoch": None}, {b"sort": _name(SORTS), b"k": _count(MAX_TOPICS), b"epoch": _epoch})
 

@@ -13,7 +13,7 @@ from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
 from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.models import History, Neighbors, Vertex
-from pulsegraph.api.routes.fast import send_json
+from pulsegraph.api.routes.fast import EPOCH, plain_params, send_json
 
 # Per-request bounds: each item is answered from memory in well under a millisecond.
 MAX_NEIGHBORS = 1000
@@ -62,8 +62,10 @@ class VertexPaths:
                     vertex = unquote_to_bytes(segment).decode("utf-8")
                 except UnicodeDecodeError:
                     vertex = "\ufffd"  # no id that ingest accepts decodes so: the route answers 404
-                if self.answer is not None and not slash and scope["method"] == "GET":
-                    body = self._fast(vertex, scope["query_string"])
+                answer = self.answer if not slash and scope["method"] == "GET" else None
+                params = plain_params(scope["query_string"], *EPOCH) if answer is not None else None
+                if answer is not None and params is not None:
+                    body = answer(vertex, params["epoch"])
                     if body is not None:
                         await send_json(scope, send, self.ROUTE, body)
                         return
@@ -71,15 +73,6 @@ class VertexPaths:
                 # In place: the timing middleware outside reads the route the router puts in this scope.
                 scope["path"] = "/v1/vertices/" + quote(vertex, safe="") + tail
         await self.app(scope, receive, send)
-
-    def _fast(self, vertex: str, query: bytes) -> bytes | None:
-        assert self.answer is not None
-        if not query:
-            return self.answer(vertex, None)
-        key, _, value = query.partition(b"=")
-        if key == b"epoch" and value.isdigit() and len(value) <= 15 and int(value) >= 1:
-            return self.answer(vertex, int(value))
-        return None  # any other parameter, or more than one: the route validates them
 
 
 router = APIRouter()
