@@ -12,6 +12,7 @@ and are off (403) when none is configured, unless anonymous writes were asked fo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -64,6 +65,40 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
         ]
     path = request.url.path
     return sorted(set().union(*(methods for regex, methods in table if regex.match(path))))
+
+
+# How long a fast neighbors read waits on the loop for an epoch being written into the graph view, in steps,
+# before it hands the request to the route.
+WAIT_STEP_S = 0.002
+WAIT_FOR_WRITE = 50
+
+
+def _fast_paths(app: FastAPI, store: ResultStore, open_reads: bool) -> None:
+    """The hottest reads, answered before FastAPI (pulsegraph.api.routes.fast) where reads are open to all:
+    they answer before the read check. The vertex paths' rewrite is installed either way."""
+    if not open_reads:
+        app.add_middleware(vertices.VertexPaths)
+        return
+
+    async def neighbors(vertex: str, direction: str, type: str | None, limit: int, epoch: int | None) -> bytes | None:
+        for _ in range(WAIT_FOR_WRITE):
+            body = queries.quietly(queries.neighbors, store, vertex, direction, type, limit, epoch, vertices.LOOP_NEIGHBORS)
+            if body is not None or not store.graph.writing:
+                return body
+            # The feed thread is writing an epoch into the graph view: wait for it here, on the loop, rather
+            # than hand the request to the route's worker thread, which would wait for it as well.
+            await asyncio.sleep(WAIT_STEP_S)
+        return None
+
+    app.add_middleware(vertices.VertexPaths, answers={
+        "": (fast.EPOCH, lambda vertex, epoch: queries.quietly(queries.vertex, store, vertex, epoch)),
+        "/neighbors": (fast.NEIGHBORS, neighbors),
+    })
+    app.add_middleware(fast.FastReads, answers={
+        "/v1/rank/top": (fast.TOP, lambda k, algo, epoch: queries.quietly(queries.top_body, store, k, algo, epoch)),
+        "/v1/epochs/latest": (({}, {}), lambda: queries.quietly(lambda: store.get().info_json)),  # no parameter
+        "/v1/topics": (fast.TOPICS, lambda sort, k, epoch: queries.quietly(queries.topics, store, sort, k, epoch)),
+    })
 
 
 def create_app(
@@ -130,15 +165,7 @@ def create_app(
     app.state.broadcaster = broadcaster
     app.state.edge = ctx.edge
 
-    if ctx.auth.protect_reads:  # the fast paths answer before the read check: none
-        app.add_middleware(vertices.VertexPaths)
-    else:
-        app.add_middleware(vertices.VertexPaths, answer=lambda vertex, epoch: queries.quietly(queries.vertex, store, vertex, epoch))
-        app.add_middleware(fast.FastReads, answers={
-            "/v1/rank/top": (fast.TOP, lambda k, algo, epoch: queries.quietly(queries.top_body, store, k, algo, epoch)),
-            "/v1/epochs/latest": (({}, {}), lambda: queries.quietly(lambda: store.get().info_json)),  # no parameter
-            "/v1/topics": (fast.TOPICS, lambda sort, k, epoch: queries.quietly(queries.topics, store, sort, k, epoch)),
-        })
+    _fast_paths(app, store, open_reads=not ctx.auth.protect_reads)
     app.add_middleware(TimingMiddleware, metrics=ctx.metrics, skip=("/v1/stream", "/v1/alerts/stream"))
     if cors_origins:
         app.add_middleware(

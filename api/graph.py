@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,10 +52,15 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES, pack, src_range
 from pulsegraph.base.errors import PulsegraphError
 from pulsegraph.base.keyindex import KeyIndex
+from pulsegraph.base.rwlock import ReadWriteLock
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)
+
+# A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge.
+Edges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 
 class GraphCapacityError(PulsegraphError):
     """The graph outgrew the packed edge key; raised in the feed thread, never by a request."""
@@ -106,7 +110,7 @@ class GraphHistory:
         # Epochs whose changes were never seen (the feed fell behind the compute actor's buffer of
         # results): edges changed only in those epochs are missing from this view until they change again.
         self.missed_epochs = 0
-        self._lock = threading.Lock()
+        self._lock = ReadWriteLock()  # written by the feed thread only; read from the loop and worker threads
 
     @property
     def slots(self) -> int:
@@ -146,7 +150,7 @@ class GraphHistory:
                 "Operator action: widen the packed key in api/graph.py"
             )
         keys = pack(ch.src, ch.dst, ch.etype)
-        with self._lock:
+        with self._lock.write():
             # One change per edge per epoch is expected; keep the last if a producer sent more.
             keys, first = np.unique(keys[::-1], return_index=True)
             idx = len(ch) - 1 - first
@@ -191,13 +195,13 @@ class GraphHistory:
     def forget_before(self, epoch: int) -> None:
         """Drop the undo records that only serve epochs before ``epoch`` (the record of epoch ``u`` gives
         the graph as of ``u - 1``), freeing the slots of edges only those epochs saw live."""
-        with self._lock:
+        with self._lock.write():
             while self._undo and self._undo[0].epoch <= epoch:
                 self._release(self._undo.popleft())
 
     def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
         """The undo record of ``epoch`` (the newest applied) as arrays, for the result archive to keep."""
-        with self._lock:
+        with self._lock.read():
             u = self._undo[-1] if self._undo else None
             if u is None or u.epoch != epoch:
                 return None
@@ -207,7 +211,7 @@ class GraphHistory:
         """Read the undo record of ``epoch`` from ``arrays`` from now on: the same values, memory-mapped
         from the archive, so the retained history costs disk, not memory. False (nothing changed) when
         the record is not retained or the arrays are not its own."""
-        with self._lock:
+        with self._lock.write():
             for u in self._undo:
                 if u.epoch != epoch:
                     continue
@@ -238,7 +242,7 @@ class GraphHistory:
     def kept_from(self) -> int:
         """The oldest epoch whose graph this view can give: the first one applied, or the one before
         the first epoch the oldest undo record still retained covers (0: none yet)."""
-        with self._lock:
+        with self._lock.read():
             return self._kept_from()
 
     def _kept_from(self) -> int:
@@ -249,7 +253,7 @@ class GraphHistory:
     def require(self, epoch: int) -> None:
         """Raise :class:`~pulsegraph.api.exceptions.NotFound` for an epoch older than this view keeps (one served
         from the result archive after a restart), rather than answer with a later graph."""
-        with self._lock:
+        with self._lock.read():
             self._require(epoch)
 
     def _require(self, epoch: int) -> None:
@@ -260,32 +264,57 @@ class GraphHistory:
                 code="graph_not_retained",
             )
 
-    def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> Edges:
         """(other end, type, multiplicity, weight) of the live edges of ``vertex`` as of ``epoch`` (None: newest);
         see :meth:`require` for epochs it does not keep."""
-        with self._lock:
-            if epoch is not None:
-                self._require(epoch)
-            if direction == "out":
-                _, slots = self._keys.range(*src_range(vertex))
-                cand = slots.astype(np.int64)
-            else:
-                keys, _ = self._by_dst.range(vertex << 32, (vertex + 1) << 32)
-                cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            mult = self.mult.view[cand].astype(np.int64)  # undo records may be wider than the column
-            weight = self.weight.view[cand].copy()
-            if epoch is not None and epoch < self.epoch:
-                for u in reversed(self._undo):
-                    if u.epoch <= epoch:
-                        break
-                    if not len(u.slots) or not len(cand):
-                        continue
-                    i = np.searchsorted(u.slots, cand)
-                    ic = np.minimum(i, len(u.slots) - 1)
-                    hit = u.slots[ic] == cand
-                    mult[hit] = u.mult[ic[hit]]
-                    weight[hit] = u.weight[ic[hit]]
-            other = (self.dst if direction == "out" else self.src).view[cand]
-            et = self.etype.view[cand]
+        with self._lock.read():
+            got = self._neighbors(vertex, direction, epoch, None)
+        assert got is not None  # no bound: always read
+        return got
+
+    def neighbors_now(self, vertex: int, direction: str, epoch: int | None, most: int) -> Edges | None:
+        """:meth:`neighbors` for a caller that must not wait, the event loop: None, without waiting, while an
+        epoch is being applied (it holds the lock for as long as that takes) or when the vertex has more than
+        ``most`` edges that way (its read is O(degree))."""
+        if not self._lock.try_read():
+            return None
+        try:
+            return self._neighbors(vertex, direction, epoch, most)
+        finally:
+            self._lock.release_read()
+
+    @property
+    def writing(self) -> bool:
+        """An epoch is being written into the view (or is about to be): :meth:`neighbors_now` declines."""
+        return self._lock.writer
+
+    def _neighbors(self, vertex: int, direction: str, epoch: int | None, most: int | None) -> Edges | None:
+        if epoch is not None:
+            self._require(epoch)
+        lo, hi = src_range(vertex) if direction == "out" else (vertex << 32, (vertex + 1) << 32)
+        index = self._keys if direction == "out" else self._by_dst
+        if most is not None and index.span(lo, hi) > most:
+            return None
+        if direction == "out":
+            _, slots = index.range(lo, hi)
+            cand = slots.astype(np.int64)
+        else:
+            keys, _ = index.range(lo, hi)
+            cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        mult = self.mult.view[cand].astype(np.int64)  # undo records may be wider than the column
+        weight = self.weight.view[cand].copy()
+        if epoch is not None and epoch < self.epoch:
+            for u in reversed(self._undo):
+                if u.epoch <= epoch:
+                    break
+                if not len(u.slots) or not len(cand):
+                    continue
+                i = np.searchsorted(u.slots, cand)
+                ic = np.minimum(i, len(u.slots) - 1)
+                hit = u.slots[ic] == cand
+                mult[hit] = u.mult[ic[hit]]
+                weight[hit] = u.weight[ic[hit]]
+        other = (self.dst if direction == "out" else self.src).view[cand]
+        et = self.etype.view[cand]
         live = mult > 0
         return other[live], et[live], mult[live], weight[live]

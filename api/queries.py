@@ -109,11 +109,13 @@ def vertex(store: ResultStore, name: str, epoch: int | None) -> dict:
 
 
 def quietly(query: Callable[..., Any], *args) -> bytes | None:
-    """``query(*args)`` as its route's JSON (bytes pass as they are), or None where the route answers an error:
-    a fast path (:mod:`pulsegraph.api.routes.fast`) then hands the request on to the route."""
+    """``query(*args)`` as its route's JSON (bytes pass as they are), or None where the route answers an error
+    or the query gave None: a fast path (:mod:`pulsegraph.api.routes.fast`) then hands the request on to the route."""
     try:
         got = query(*args)
     except ApiError:
+        return None
+    if got is None:  # the query declined to answer here (:func:`neighbors`)
         return None
     return got if isinstance(got, bytes) else orjson.dumps(got, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -131,10 +133,21 @@ def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:
     return {"vertex": name, "algo": algo, "items": items}
 
 
-def neighbors(store: ResultStore, name: str, direction: str, type: str | None, limit: int, epoch: int | None) -> dict:
+def neighbors(store: ResultStore, name: str, direction: str, type: str | None, limit: int, epoch: int | None,
+              most: int | None = None) -> dict | None:
+    """The route's answer. With ``most`` (the fast path, on the event loop): None, without waiting, while the
+    graph view is taking an epoch in or when the vertex has more than ``most`` edges that way; the route
+    then reads it on a worker thread."""
     view = store.get(epoch)
     i = vertex_in(store, view, name)
-    other, et, mult, weight = store.graph.neighbors(i, direction, view.result.epoch)
+    if most is None:
+        edges = store.graph.neighbors(i, direction, view.result.epoch)
+    else:
+        got = store.graph.neighbors_now(i, direction, view.result.epoch, most)
+        if got is None:
+            return None
+        edges = got
+    other, et, mult, weight = edges
     types = store.types
     if type is not None:
         t = types.index(type) if type in types else -1

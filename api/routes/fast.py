@@ -1,6 +1,6 @@
 """The hottest reads answered before FastAPI's routing and per-parameter validation, which are most of a
 small read's cost in the server: ``GET /v1/rank/top``, ``GET /v1/epochs/latest`` and ``GET /v1/topics``
-(:class:`FastReads`), and a plain ``GET /v1/vertices/{id}``
+(:class:`FastReads`), and a plain ``GET /v1/vertices/{id}`` and ``GET /v1/vertices/{id}/neighbors``
 (:class:`~pulsegraph.api.routes.vertices.VertexPaths`, which reads the id from the raw path).
 
 Only requests with plain, valid parameters are answered here, with the bytes the route gives; anything
@@ -17,6 +17,10 @@ from typing import Any
 from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.ranking import TOP_CACHE
 from pulsegraph.api.routes.topics import MAX_TOPICS, SORTS
+
+# The neighbors route's bounds (pulsegraph.api.routes.vertices imports them from here: it imports this module).
+MAX_NEIGHBORS = 1000
+MAX_TYPE_NAME = 32
 
 _HEADERS = [(b"content-type", b"application/json")]
 
@@ -37,9 +41,9 @@ def _epoch(v: bytes) -> int | None:
     return int(v) if v.isdigit() and len(v) <= 15 and int(v) >= 1 else None
 
 
-def _name(choices: tuple[str, ...] | None = None) -> Callable[[bytes], str | None]:
+def _name(choices: tuple[str, ...] | None = None, longest: int = 64) -> Callable[[bytes], str | None]:
     def parse(v: bytes) -> str | None:
-        name = v.decode("ascii") if len(v) <= 64 else None
+        name = v.decode("ascii") if len(v) <= longest else None
         return name if name is not None and (choices is None or name in choices) else None
     return parse
 
@@ -63,6 +67,10 @@ def plain_params(query: bytes, defaults: dict[str, Any], parsers: dict[bytes, Ca
 EPOCH = ({"epoch": None}, {b"epoch": _epoch})
 TOP = ({"k": 10, "algo": "pagerank", "epoch": None}, {b"k": _count(TOP_CACHE), b"algo": _name(), b"epoch": _epoch})
 TOPICS = ({"sort": "controversy", "k": 20, "epoch": None}, {b"sort": _name(SORTS), b"k": _count(MAX_TOPICS), b"epoch": _epoch})
+NEIGHBORS = (
+    {"direction": "out", "type": None, "limit": 20, "epoch": None},
+    {b"direction": _name(("out", "in")), b"type": _name(longest=MAX_TYPE_NAME), b"limit": _count(MAX_NEIGHBORS), b"epoch": _epoch},
+)
 
 
 class FastReads:

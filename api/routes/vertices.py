@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 from urllib.parse import quote, unquote, unquote_to_bytes
 
@@ -13,11 +14,15 @@ from pulsegraph.api import queries
 from pulsegraph.api.deps import JSON, AlgoQ, EpochQ, Store, VertexP, errors
 from pulsegraph.api.metrics import TimedRoute
 from pulsegraph.api.models import History, Neighbors, Vertex
-from pulsegraph.api.routes.fast import EPOCH, plain_params, send_json
+from pulsegraph.api.routes.fast import MAX_NEIGHBORS, MAX_TYPE_NAME, plain_params, send_json
 
 # Per-request bounds: each item is answered from memory in well under a millisecond.
-MAX_NEIGHBORS = 1000
 MAX_HISTORY = 100_000
+# The most edges a vertex may have (the way asked) for its neighbors to be read on the event loop, before
+# FastAPI: reading them is O(degree) (2,048 edges, a thousand of them answered: ~0.6 ms here); one with
+# more, like a popular hashtag's in-edges, is read by the route on a worker thread, so no request holds the
+# loop for long.
+LOOP_NEIGHBORS = 2048
 
 
 class VertexIdConvertor(Convertor):
@@ -42,16 +47,22 @@ class VertexPaths:
     would otherwise be three segments that no route matches. The id's segment is decoded once and put back
     encoded, so the router sees one segment and the convertor hands the route the id.
 
-    With ``answer`` (reads open to all), a plain ``GET /v1/vertices/{id}`` (no parameter but a valid
-    ``epoch``) is answered here, before FastAPI (:mod:`pulsegraph.api.routes.fast`): ``answer(id, epoch)``
-    gives the route's bytes, or None where the route answers an error and is handed the request."""
+    With ``answers`` (reads open to all), a plain ``GET /v1/vertices/{id}`` or ``GET
+    /v1/vertices/{id}/neighbors`` (plain, valid parameters only) is answered here, before FastAPI
+    (:mod:`pulsegraph.api.routes.fast`): ``answers`` holds, by the path after the id (``""``,
+    ``"/neighbors"``), the query's parameters (defaults and parsers for
+    :func:`~pulsegraph.api.routes.fast.plain_params`) and ``answer(id, **params)``, the route's bytes or None
+    where the route answers (an error, or a read it keeps off the event loop) and is handed the request; an
+    answer may be a coroutine (one that waits on the loop for the data it reads)."""
 
     PREFIX = b"/v1/vertices/"
-    ROUTE = TimedRoute("/v1/vertices/{vertex_id}")
 
-    def __init__(self, app, answer: Callable[[str, int | None], bytes | None] | None = None) -> None:
+    def __init__(self, app, answers: dict[str, tuple[tuple[dict, dict], Callable[..., bytes | None | Awaitable[bytes | None]]]] | None = None) -> None:
         self.app = app
-        self.answer = answer
+        self.answers = {
+            tail.encode(): (TimedRoute("/v1/vertices/{vertex_id}" + tail), params, answer)
+            for tail, (params, answer) in (answers or {}).items()
+        }
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/v1/vertices/"):
@@ -62,12 +73,14 @@ class VertexPaths:
                     vertex = unquote_to_bytes(segment).decode("utf-8")
                 except UnicodeDecodeError:
                     vertex = "\ufffd"  # no id that ingest accepts decodes so: the route answers 404
-                answer = self.answer if not slash and scope["method"] == "GET" else None
-                params = plain_params(scope["query_string"], *EPOCH) if answer is not None else None
-                if answer is not None and params is not None:
-                    body = answer(vertex, params["epoch"])
+                fast = self.answers.get(slash + rest) if scope["method"] == "GET" else None
+                params = plain_params(scope["query_string"], *fast[1]) if fast is not None else None
+                if fast is not None and params is not None:
+                    body = fast[2](vertex, **params)
+                    if inspect.isawaitable(body):
+                        body = await body
                     if body is not None:
-                        await send_json(scope, send, self.ROUTE, body)
+                        await send_json(scope, send, fast[0], body)
                         return
                 tail = unquote((slash + rest).decode("latin-1"))
                 # In place: the timing middleware outside reads the route the router puts in this scope.
@@ -108,7 +121,7 @@ def neighbors(
     store: Store,
     vertex_id: VertexP,
     direction: Literal["out", "in"] = "out",
-    type: Annotated[str | None, Query(min_length=1, max_length=32, description="only edges of this type")] = None,
+    type: Annotated[str | None, Query(min_length=1, max_length=MAX_TYPE_NAME, description="only edges of this type")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_NEIGHBORS)] = 20,
     epoch: EpochQ = None,
 ) -> JSON:

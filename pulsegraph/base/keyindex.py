@@ -197,6 +197,12 @@ class KeyIndex:
             keys, vals = keys[order], _take(vals, order)
         return keys, vals
 
+    def span(self, lo: int, hi: int | None) -> int:
+        """How many keys :meth:`range` reads for ``[lo, hi)`` (``hi`` None: to the last key): those held, and
+        the dead ones not yet compacted (an upper bound on what it returns, at two binary searches per run)."""
+        return sum((len(r.keys) if hi is None else int(np.searchsorted(r.keys, np.uint64(hi))))
+                   - int(np.searchsorted(r.keys, np.uint64(lo))) for r in self._runs)
+
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """Every key held, sorted, and its value (empty for a set); compacts the index first."""
         self.compact()

@@ -65,6 +65,30 @@ def test_neighbors_as_of_every_retained_epoch():
     assert g.missed_epochs == 0
 
 
+def test_neighbors_now_reads_what_neighbors_reads_or_declines_without_waiting():
+    """The event loop's read: the same edges, or None at once while an epoch is being applied (the lock is
+    held) or where the vertex has more edges that way than the loop may read."""
+    epochs = random_epochs(20, seed=11)
+    g = GraphHistory(retain=10)
+    for e, (changed, _) in enumerate(epochs, start=1):
+        g.apply(e, as_changes(changed))
+    declined = 0
+    for e in (len(epochs), len(epochs) - 5):
+        for v in range(30):
+            for direction in ("out", "in"):
+                whole = g.neighbors(v, direction, e)
+                now = g.neighbors_now(v, direction, e, most=1000)
+                assert now is not None and all(np.array_equal(a, b) for a, b in zip(now, whole)), (e, v, direction)
+                small = g.neighbors_now(v, direction, e, most=2)
+                if small is None:
+                    declined += 1  # more than two edges stored that way (live, or kept for an older epoch)
+                else:
+                    assert len(small[0]) <= 2 and all(np.array_equal(a, b) for a, b in zip(small, whole))
+    assert declined  # some vertices of 30 with up to 40 changes an epoch have more than two
+    with g._lock.write():  # an epoch being applied, as the feed thread does
+        assert g.neighbors_now(0, "out", None, most=1000) is None
+
+
 def test_an_epoch_that_merged_sealed_ones_undoes_back_to_the_ranked_epoch_before():
     """Ranking fell behind: epoch 4 covers the sealed epochs 2 and 3, so the store retains 1 and 4. The
     graph as of epoch 1 is still kept after the store forgets what only serves epochs before 1."""

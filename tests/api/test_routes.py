@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from urllib.parse import quote
@@ -218,6 +219,70 @@ def test_the_fast_vertex_path_answers_what_the_route_answers(running):
         assert r.status_code == status and r.json()["error"]["code"], (query, r.text)
     r = client.get("/v1/vertices/no-such-vertex-anywhere")
     assert r.status_code == 404 and r.json()["error"]["code"] == "vertex_not_found", r.text
+
+
+def test_the_fast_neighbors_path_answers_what_the_route_answers(running, monkeypatch):
+    pipeline, client = running
+    store = pipeline.store
+    reads = {"now": 0, "waiting": 0}
+
+    def counted(name: str, kind: str):
+        read = getattr(store.graph, name)
+
+        def call(*args):
+            reads[kind] += 1
+            return read(*args)
+        return call
+
+    monkeypatch.setattr(store.graph, "neighbors_now", counted("neighbors_now", "now"))
+    monkeypatch.setattr(store.graph, "neighbors", counted("neighbors", "waiting"))
+    epoch = client.get("/v1/epochs", params={"limit": 2}).json()["items"][-1]["epoch"]
+    names = [item["vertex"] for item in client.get("/v1/rank/top", params={"k": 3}).json()["items"]]
+    queries = ("", f"?epoch={epoch}", "?direction=in&limit=1000", f"?limit=3&type=mentions&epoch={epoch}",
+               "?type=tags&direction=in", "?type=nosuchtype")
+    asked = 0
+    for name in names:
+        path = "/v1/vertices/" + quote(name, safe="") + "/neighbors"
+        for query in queries:
+            for _ in range(3):  # epochs keep coming: a pair read without an epoch may straddle one, not three
+                fast = client.get(path + query)
+                # An unknown parameter takes the request past the fast path to the FastAPI route, which ignores it.
+                route = client.get(path + (query + "&" if query else "?") + "via=route")
+                asked += 1
+                if fast.json()["epoch"] == route.json()["epoch"]:
+                    break
+            assert fast.status_code == route.status_code == 200, (fast.text, route.text)
+            assert fast.content == route.content and fast.headers["content-type"] == route.headers["content-type"], query
+    # Each plain request was read on the loop (again, if it met an epoch being written), each other by the route.
+    assert reads["now"] >= asked and reads["waiting"] >= asked, reads
+    # Errors are the route's, whatever path the request took.
+    for query, status in (("?direction=sideways", 422), ("?limit=5000", 422), ("?limit=0", 422), ("?type=" + "t" * 33, 422),
+                          ("?epoch=999999999", 404), ("?epoch=0", 422)):
+        r = client.get("/v1/vertices/" + quote(names[0], safe="") + "/neighbors" + query)
+        assert r.status_code == status and r.json()["error"]["code"], (query, r.text)
+    r = client.get("/v1/vertices/no-such-vertex-anywhere/neighbors")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "vertex_not_found", r.text
+    # While an epoch is being written into the graph view, the read waits for it on the loop, not on a thread.
+    before = dict(reads)
+
+    def write():
+        with store.graph._lock.write():
+            deadline = time.monotonic() + 5
+            while reads["now"] == before["now"] and time.monotonic() < deadline:  # until the read was turned away
+                time.sleep(0.001)
+    writer = threading.Thread(target=write)
+    writer.start()
+    plain = "/v1/vertices/" + quote(names[0], safe="") + "/neighbors"
+    r = client.get(plain)
+    writer.join(timeout=10)
+    assert r.status_code == 200 and r.json()["vertex"] == names[0] and r.json()["items"]
+    assert reads["now"] >= before["now"] + 2 and reads["waiting"] == before["waiting"], (before, reads)
+    # A vertex with more edges than the loop may read is read by the route, with the same bytes.
+    monkeypatch.setattr("pulsegraph.api.routes.vertices.LOOP_NEIGHBORS", 0)
+    before = dict(reads)
+    path = "/v1/vertices/" + quote(names[0], safe="") + f"/neighbors?direction=in&epoch={epoch}"  # ranked first: in-edges
+    assert client.get(path).content == client.get(path + "&via=route").content
+    assert reads["waiting"] == before["waiting"] + 2, reads
 
 
 def test_the_fast_top_path_answers_what_the_route_answers(running):

@@ -53,13 +53,15 @@ def test_reads_open_by_default_and_protected_on_request():
 
 
 def test_protected_reads_cover_the_reads_answered_before_fastapi():
-    """The top, the newest epoch and a plain vertex read are answered before FastAPI's routing when reads are
-    open; with reads protected they go through the read check like every other read."""
+    """The top, the newest epoch and plain vertex and neighbors reads are answered before
+    FastAPI's routing when reads are open; with reads protected they go through the read check like every
+    other read."""
     store = ResultStore()
     store.add([result(1, full=True)], NameChanges(0, NAMES))
     open_ = TestClient(create_app(store))
     protected = TestClient(create_app(store, api_token=TOKEN, protect_reads=True))
-    for path in ("/v1/rank/top?k=3", "/v1/epochs/latest", "/v1/vertices/v1", "/v1/vertices/v1?epoch=1"):
+    for path in ("/v1/rank/top?k=3", "/v1/epochs/latest", "/v1/vertices/v1", "/v1/vertices/v1?epoch=1",
+                 "/v1/vertices/v1/neighbors", "/v1/vertices/v1/neighbors?direction=in&epoch=1"):
         assert open_.get(path).status_code == 200, path
         assert protected.get(path).status_code == 401, path
         granted = protected.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
