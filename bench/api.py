@@ -36,6 +36,9 @@ ROUTES = {
     "top-10": "/v1/rank/top?k=10",
     "vertex": "/v1/vertices/user12",
     "neighbors": "/v1/vertices/user12/neighbors",
+    # The most used hashtag's taggers: soon past the edges a read on the event loop may take, so its route
+    # reads it on a worker thread.
+    "hub neighbors": "/v1/vertices/%23tag0/neighbors?direction=in",
     "topics": "/v1/topics?k=20",
     "latest epoch": "/v1/epochs/latest",
 }
