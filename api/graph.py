@@ -150,20 +150,30 @@ class GraphHistory:
                 "Operator action: widen the packed key in api/graph.py"
             )
         keys = pack(ch.src, ch.dst, ch.etype)
+        # Worked out before the write lock: the feed thread is the only writer, so what it reads here cannot
+        # change under it, and readers (the event loop's among them) wait only for the writes below.
+        # One change per edge per epoch is expected; keep the last if a producer sent more.
+        keys, first = np.unique(keys[::-1], return_index=True)
+        idx = len(ch) - 1 - first
+        src, dst, et = ch.src[idx], ch.dst[idx], ch.etype[idx]
+        mult, weight = ch.mult[idx], ch.weight[idx]
+        slots = self._keys.get(keys)
+        fresh = slots < 0
+        n_new = int(fresh.sum())
+        reused, free = self._free[:n_new], self._free[n_new:]
+        base = self.slots
+        k = len(reused)
+        new_slots = np.concatenate([reused, np.arange(base, base + n_new - k, dtype=np.int64)])
+        slots[fresh] = new_slots
+        if full:
+            # Freed slots and new ones hold nothing, so the edges live now and not named are the ones gone.
+            gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
+            slots = np.concatenate([slots, gone])
+            mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
+            weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
+        s = np.sort(slots)
         with self._lock.write():
-            # One change per edge per epoch is expected; keep the last if a producer sent more.
-            keys, first = np.unique(keys[::-1], return_index=True)
-            idx = len(ch) - 1 - first
-            src, dst, et = ch.src[idx], ch.dst[idx], ch.etype[idx]
-            mult, weight = ch.mult[idx], ch.weight[idx]
-            slots = self._keys.get(keys)
-            fresh = slots < 0
-            n_new = int(fresh.sum())
-            reused, self._free = self._free[:n_new], self._free[n_new:]
-            base = self.slots
-            k = len(reused)
-            new_slots = np.concatenate([reused, np.arange(base, base + n_new - k, dtype=np.int64)])
-            slots[fresh] = new_slots
+            self._free = free
             if n_new:
                 # Freed slots hold nothing (multiplicity and weight 0): the undo record below keeps
                 # exactly that as the new edge's state before this epoch.
@@ -175,13 +185,6 @@ class GraphHistory:
                 self._keys.put(keys[fresh], new_slots, absent=True)
                 # A new slot's adjacency key is new too: a freed slot's left with its edge.
                 self._by_dst.put(_adjacent(dst[fresh], new_slots), absent=True)
-            if full:
-                gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
-                slots = np.concatenate([slots, gone])
-                mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
-                weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
-            order = np.argsort(slots)
-            s = slots[order]
             self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy(), covered_from))
             self.mult.put(slots, mult)
             self.weight.view[slots] = weight
