@@ -133,6 +133,19 @@ def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:
     return {"vertex": name, "algo": algo, "items": items}
 
 
+def heaviest(other: np.ndarray, mult: np.ndarray, weight: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` heaviest edges, heaviest first: by weight, then multiplicity (both descending),
+    then the other end's id. A partition by weight, then a sort of only the edges at or above the k-th
+    weight: a sort of every edge of a vertex of 12,621 took 1.2 ms, this 0.2 (distinct weights; ties at the
+    k-th weight all go into the sort)."""
+    if len(weight) > k:
+        kth = np.partition(weight, len(weight) - k)[len(weight) - k]
+        cand = np.flatnonzero(weight >= kth)
+    else:
+        cand = np.arange(len(weight))
+    return cand[np.lexsort((other[cand], -mult[cand], -weight[cand]))][:k]
+
+
 def neighbors(store: ResultStore, name: str, direction: str, type: str | None, limit: int, epoch: int | None,
               most: int | None = None) -> dict | None:
     """The route's answer. With ``most`` (the fast path, on the event loop): None, without waiting, while the
@@ -153,7 +166,7 @@ def neighbors(store: ResultStore, name: str, direction: str, type: str | None, l
         t = types.index(type) if type in types else -1
         keep = et == t
         other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
-    order = np.lexsort((other, -mult, -weight))[:limit]
+    order = heaviest(other, mult, weight, limit)
     names = store.names
     items = [
         {"vertex": names[o], "type": types[t] if t < len(types) else str(t), "weight": w / WEIGHT_SCALE, "multiplicity": m}
