@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -82,6 +82,60 @@ def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
         dist[nbrs] = level
         frontier = _distinct(nbrs, dist, level)
     return dist
+
+
+# Sources traversed together by :func:`bfs_many`: one bit each in a uint64 per vertex.
+_LANES = 64
+
+
+def bfs_many(adj: Neighbors, sources: np.ndarray, n: int, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`bfs` from each of ``sources``, one row each (uint16), in one traversal for up to 64 of them;
+    into ``out`` (``len(sources)`` rows of ``n``, every entry ``UNREACHABLE``) when given.
+
+    Multi-source BFS (Then et al., "The More the Merrier", VLDB 2014): every vertex carries a bit per source
+    that has reached it, and a level expands each vertex once for all the sources that reached it at the
+    level before, so the rows reached by many sources (a small-world graph's core: all of them, a hop or two
+    apart) are read once per level instead of once per source. 16 landmarks both ways cost ~5 BFS passes
+    where they cost 32.
+    """
+    sources = np.asarray(sources, dtype=np.int64)
+    dist = np.full((len(sources), n), UNREACHABLE, dtype=HOPS) if out is None else out
+    for lo in range(0, len(sources), _LANES):
+        _bfs_lanes(adj, sources[lo:lo + _LANES], n, dist[lo:lo + _LANES])
+    return dist
+
+
+def _bfs_lanes(adj: Neighbors, sources: np.ndarray, n: int, dist: np.ndarray) -> None:
+    """:func:`bfs_many` for at most 64 sources, into their rows ``dist`` (all ``UNREACHABLE``)."""
+    # The narrowest mask that holds a bit per source: 16 landmarks move 2 bytes a vertex, not 8.
+    mask: Any = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if np.iinfo(t).bits >= len(sources))
+    seen = np.zeros(n, dtype=mask)  # bit i: source i has reached the vertex
+    lanes = [(i, int(s)) for i, s in enumerate(sources.tolist()) if 0 <= s < n]
+    for i, s in lanes:
+        dist[i, s] = 0
+        seen[s] |= mask(1 << i)
+    frontier = unique(np.array([s for _, s in lanes], dtype=np.int64))
+    reached = seen[frontier]  # what each frontier vertex passes on: the sources that reached it last level
+    gained = np.zeros(n, dtype=mask)
+    one = mask(1)
+    level = 0
+    while len(frontier):
+        level += 1
+        if level >= UNREACHABLE:
+            break  # what is further away reads as unreachable, as with bfs
+        nbrs, owner = adj.neighbors(frontier)
+        bits = reached[owner] & ~seen[nbrs]
+        new = bits != 0
+        nbrs, bits = nbrs[new], bits[new]
+        if not len(nbrs):
+            break
+        np.bitwise_or.at(gained, nbrs, bits)
+        frontier = np.flatnonzero(gained) if len(nbrs) > _SCAN_SHARE * n else unique(nbrs)
+        reached = gained[frontier]
+        gained[frontier] = 0
+        seen[frontier] |= reached
+        for i, _ in lanes:
+            dist[i, frontier[(reached >> mask(i)) & one != 0]] = level
 
 
 # A level with more candidate vertices than this share of the graph is read back from the distances (one
@@ -253,17 +307,18 @@ class Landmarks(Application):
         order = cand[np.lexsort((cand, -s))]
         return order[: self.count].astype(np.int64)
 
-    def _fresh(self, graph: AppGraph, l: int) -> tuple[np.ndarray, np.ndarray]:
-        self.bfs_runs += 2
-        return bfs(graph.out, l, graph.n), bfs(graph.inn, l, graph.n)
+    def _fresh(self, graph: AppGraph, landmarks: np.ndarray, dist_from: np.ndarray | None = None,
+               dist_to: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Distances from and to each of ``landmarks`` (one row each; into the rows given, all
+        ``UNREACHABLE``), two traversals for all of them."""
+        self.bfs_runs += 2 * len(landmarks)
+        return bfs_many(graph.out, landmarks, graph.n, dist_from), bfs_many(graph.inn, landmarks, graph.n, dist_to)
 
     def initialize(self, graph: AppGraph) -> LandmarkState:
         ids = self.choose(graph)
         L, n = len(ids), graph.n
         state = LandmarkState(ids, _buffer(L, n), _buffer(L, n), n, True, graph.epoch)
-        dist_from, dist_to = state.dist_from, state.dist_to
-        for i, l in enumerate(ids.tolist()):
-            dist_from[i], dist_to[i] = self._fresh(graph, l)
+        self._fresh(graph, ids, state.dist_from, state.dist_to)
         return state
 
     def update(self, graph: AppGraph, delta: AppDelta, previous: LandmarkState) -> LandmarkState:
@@ -283,8 +338,9 @@ class Landmarks(Application):
                 if l in keep:
                     new_from[j], new_to[j] = dist_from[keep[l]], dist_to[keep[l]]
                 else:
-                    new_from[j], new_to[j] = self._fresh(graph, l)
                     fresh[j] = True
+            if fresh.any():
+                new_from[fresh], new_to[fresh] = self._fresh(graph, top[fresh])
             ids, dist_from, dist_to, rechosen = top, new_from, new_to, True
         else:
             fresh = np.zeros(len(ids), dtype=bool)

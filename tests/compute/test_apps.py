@@ -420,6 +420,41 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
     assert 0 < n_lost < n
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_bfs_of_many_sources_at_once_equals_a_bfs_from_each(seed):
+    """The landmarks' multi-source BFS against networkx's, one source at a time: 3 sources (8-bit lanes),
+    16 (the default count, 16-bit), 70 (a chunk of 64 and one of 6), with a repeated source and ids that
+    are no vertex among them."""
+    import scipy.sparse as sp
+
+    from pulsegraph.compute.apps.base import CSR
+    from pulsegraph.compute.apps.landmarks import UNREACHABLE, bfs_many
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    # Skewed destinations and a few components: sources reach overlapping, nested and disjoint parts.
+    s = rng.integers(0, n, 1500)
+    d = (n * rng.power(0.4, 1500)).astype(np.int64) % n
+    keep = (s // 100 == d // 100) | (rng.random(1500) < 0.2)
+    s, d = s[keep], d[keep]
+    a = sp.csr_matrix((np.ones(len(s)), (s, d)), shape=(n, n))
+    adj = CSR(a.indptr.astype(np.int64), a.indices.astype(np.int64))
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(s.tolist(), d.tolist()))
+    for count in (3, 16, 70):
+        sources = rng.choice(n, count, replace=False)
+        sources[-1], sources[0] = sources[1], -1 if count > 3 else n  # a repeat, and an id that is no vertex
+        got = bfs_many(adj, sources, n)
+        assert got.shape == (count, n) and got.dtype == np.uint16
+        for row, src in zip(got, sources.tolist()):
+            want = np.full(n, UNREACHABLE, dtype=np.uint16)
+            if 0 <= src < n:
+                for v, hops in nx.single_source_shortest_path_length(g, src).items():
+                    want[v] = hops
+            assert np.array_equal(row, want), (count, src)
+
+
 @pytest.mark.slow  # a BFS down a 65,538-hop chain, ~5 s: make test runs it, make check does not
 def test_a_path_longer_than_uint16_hops_reads_as_unreachable_past_the_last_hop():
     """Distances are uint16: past 65,534 hops a vertex reads as unreachable, and no hop count wraps to 0."""
