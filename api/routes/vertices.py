@@ -20,9 +20,9 @@ from pulsegraph.api.routes.fast import MAX_NEIGHBORS, MAX_TYPE_NAME, plain_param
 MAX_HISTORY = 100_000
 # The most edges a vertex may have (the way asked) for its neighbors to be read on the event loop, before
 # FastAPI: reading them is O(degree) (~0.5 ms at 12,621 edges here, the busiest user's on the operator's
-# growing stream; a thousand answered add ~0.5 ms); one with more, like a popular hashtag's in-edges, is
-# read by the route on a worker thread, so no request holds the loop for long.
-LOOP_NEIGHBORS = 16_384
+# growing stream; a thousand answered add ~0.5 ms). A hub's (more) are read by the route on a worker
+# thread, so no request holds the loop for long; its kept answers the loop serves.
+LOOP_NEIGHBORS = queries.HUB_EDGES
 
 
 class VertexIdConvertor(Convertor):

@@ -283,6 +283,15 @@ def test_the_fast_neighbors_path_answers_what_the_route_answers(running, monkeyp
     path = "/v1/vertices/" + quote(names[0], safe="") + f"/neighbors?direction=in&epoch={epoch}"  # ranked first: in-edges
     assert client.get(path).content == client.get(path + "&via=route").content
     assert reads["waiting"] == before["waiting"] + 2, reads
+    # A hub's answer is kept: asked again for the same epoch, it is read from the graph view no more.
+    monkeypatch.setattr("pulsegraph.api.queries.HUB_EDGES", 0)  # every vertex a hub
+    first = client.get(path + "&limit=7")
+    before = dict(reads)
+    for again in (path + "&limit=7", path + "&limit=7&via=route"):
+        assert client.get(again).content == first.content
+    assert reads == before and len(store.hubs), reads
+    client.get(path + "&limit=8")  # another answer: read (by the route: the loop's bound is still 0 here)
+    assert reads["waiting"] == before["waiting"] + 1, reads
 
 
 def test_the_fast_top_path_answers_what_the_route_answers(running):

@@ -183,3 +183,16 @@ def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
         assert store.graph.slots <= 5  # dead edges' slots are reused: 4 destinations, a slot each at most
         out, _, mult, _ = store.graph.neighbors(0, "out", kept[0])
         assert out.tolist() == [kept[0] % 4 + 1] and mult.tolist() == [1]
+
+
+def test_kept_hub_answers_are_bounded_and_the_least_recently_read_goes_first():
+    from pulsegraph.api.store import HubEdges
+
+    hubs = HubEdges(size=2)
+    edges = tuple(np.arange(3) for _ in range(4))
+    hubs.put((1, 7, "in", None, 20), edges)
+    hubs.put((1, 8, "in", None, 20), edges)
+    assert hubs.get((1, 7, "in", None, 20)) is edges  # read: now the most recent
+    hubs.put((2, 7, "in", None, 20), edges)
+    assert len(hubs) == 2 and hubs.get((1, 8, "in", None, 20)) is None
+    assert hubs.get((1, 7, "in", None, 20)) is edges and hubs.get((2, 7, "in", None, 20)) is edges
