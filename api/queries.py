@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from pulsegraph.api.exceptions import ApiError, NotFound
+from pulsegraph.api.graph import Edges
 from pulsegraph.api.ranking import held_in_both, mover_items
 from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.compute.apps.base import AppResult
@@ -156,25 +157,31 @@ def neighbors(store: ResultStore, name: str, direction: str, type: str | None, l
               most: int | None = None) -> dict | None:
     """The route's answer. With ``most`` (the fast path, on the event loop): None, without waiting, while the
     graph view is taking an epoch in or when the vertex has more than ``most`` edges that way and its answer
-    is not kept (:class:`~pulsegraph.api.store.HubEdges`); the route then reads it on a worker thread."""
+    is not kept (:class:`~pulsegraph.api.hubs.HubEdges`); the route then reads it on a worker thread."""
     view = store.get(epoch)
     i = vertex_in(store, view, name)
     key = (view.result.epoch, i, direction, type, limit)
-    picked = store.hubs.get(key)
-    if picked is None:
-        edges = store.graph.neighbors(i, direction, view.result.epoch) if most is None else \
-            store.graph.neighbors_now(i, direction, view.result.epoch, most)
-        if edges is None:
-            return None
+
+    def pick(edges: Edges) -> tuple[tuple[np.ndarray, ...], bool]:
+        """The ``limit`` heaviest of ``edges`` (of ``type``), and whether the vertex is a hub (to keep them)."""
         other, et, mult, weight = edges
         degree = len(other)
         if type is not None:
             keep = et == (store.types.index(type) if type in store.types else -1)
             other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
         order = heaviest(other, mult, weight, limit)
-        picked = (other[order], et[order], mult[order], weight[order])
-        if degree > HUB_EDGES:
-            store.hubs.put(key, picked)
+        return (other[order], et[order], mult[order], weight[order]), degree > HUB_EDGES
+
+    if most is None:  # the route, on a worker thread: it may wait for another thread's read of the same answer
+        picked = store.hubs.once(key, lambda: pick(store.graph.neighbors(i, direction, view.result.epoch)))
+    else:
+        got = store.hubs.get(key)
+        if got is None:
+            edges = store.graph.neighbors_now(i, direction, view.result.epoch, most)
+            if edges is None:
+                return None
+            got, _ = pick(edges)  # at most ``most`` edges: no hub (most <= HUB_EDGES)
+        picked = got
     types, names = store.types, store.names
     items = [
         {"vertex": names[o], "type": types[t] if t < len(types) else str(t), "weight": w / WEIGHT_SCALE, "multiplicity": m}

@@ -37,6 +37,7 @@ from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
+from pulsegraph.api.hubs import HubEdges
 from pulsegraph.api.names import NamesUpdate, SortedNames, names_update
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
@@ -48,39 +49,6 @@ log = logging.getLogger(__name__)
 # Epochs whose arrays stay in memory: the newest (what nearly every read asks for) and the one
 # before it (previous ranks of the top, movers' default). Older ones are read from the archive.
 HOT_EPOCHS = 2
-
-
-# Neighbors answers of hubs kept at once (HubEdges), each at most MAX_NEIGHBORS edges (~32 KB).
-HUB_ANSWERS = 256
-
-
-class HubEdges:
-    """The heaviest edges read for the neighbors of a vertex of many edges (a hub: a popular hashtag's
-    taggers, a busy user's mentions), by (epoch, vertex id, direction, type, limit). A retained epoch's
-    edges never change, reading a hub's is O(degree) (~30 ms at 462 k edges), and dashboards poll the same
-    hubs; so the selection is kept, the least recently read dropped first past ``size``. Ids, not names:
-    a read names them as the route does, with the names of now."""
-
-    def __init__(self, size: int = HUB_ANSWERS) -> None:
-        self.size = size
-        self._items: collections.OrderedDict[tuple, tuple[np.ndarray, ...]] = collections.OrderedDict()
-        self._lock = threading.Lock()  # reads come from the event loop and worker threads
-
-    def get(self, key: tuple) -> tuple[np.ndarray, ...] | None:
-        with self._lock:
-            got = self._items.get(key)
-            if got is not None:
-                self._items.move_to_end(key)
-            return got
-
-    def put(self, key: tuple, edges: tuple[np.ndarray, ...]) -> None:
-        with self._lock:
-            self._items[key] = edges
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 @dataclass

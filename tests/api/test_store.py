@@ -186,7 +186,7 @@ def test_the_graph_view_lets_go_of_what_only_evicted_epochs_saw():
 
 
 def test_kept_hub_answers_are_bounded_and_the_least_recently_read_goes_first():
-    from pulsegraph.api.store import HubEdges
+    from pulsegraph.api.hubs import HubEdges
 
     hubs = HubEdges(size=2)
     edges = tuple(np.arange(3) for _ in range(4))
@@ -196,3 +196,54 @@ def test_kept_hub_answers_are_bounded_and_the_least_recently_read_goes_first():
     hubs.put((2, 7, "in", None, 20), edges)
     assert len(hubs) == 2 and hubs.get((1, 8, "in", None, 20)) is None
     assert hubs.get((1, 7, "in", None, 20)) is edges and hubs.get((2, 7, "in", None, 20)) is edges
+
+
+def test_threads_asking_for_the_same_hub_answer_wait_for_one_read():
+    """A new epoch's first reads of a hub come together: one thread reads, the others wait for its answer;
+    an answer not kept (no hub) is still handed to those waiting, and a failed read makes each read alone."""
+    import threading
+    import time
+
+    from pulsegraph.api.hubs import HubEdges
+
+    hubs, go, calls, got = HubEdges(), threading.Event(), [], []
+    answer = tuple(np.arange(3) for _ in range(4))
+
+    def read(fails: bool = False):
+        calls.append(threading.get_ident())
+        go.wait(timeout=10)
+        if fails:
+            raise LookupError("epoch gone")
+        return answer, False  # not kept: only the waiting threads share it
+
+    def ask(key, fails=False):
+        try:
+            got.append(hubs.once(key, lambda: read(fails)))
+        except LookupError as e:
+            got.append(e)
+
+    def wait_for(cond):
+        deadline = time.monotonic() + 10
+        while not cond():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+    for fails in (False, True):
+        for started in (calls, got):
+            started.clear()
+        go.clear()
+        key = (1, 7, "in", None, 20, fails)
+        threads = [threading.Thread(target=ask, args=(key, fails)) for _ in range(4)]
+        threads[0].start()
+        wait_for(lambda: key in hubs._flights)
+        for t in threads[1:]:
+            t.start()
+        wait_for(lambda: hubs._flights[key].waiters == 3)
+        go.set()
+        for t in threads:
+            t.join(timeout=10)
+        assert not hubs._flights and len(hubs) == 0
+        if not fails:
+            assert len(calls) == 1 and len(got) == 4 and all(g is answer for g in got)
+        else:  # the reader's error, then each waiting thread's own read and error
+            assert len(calls) == 4 and len(got) == 4 and all(isinstance(g, LookupError) for g in got)
