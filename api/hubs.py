@@ -45,9 +45,8 @@ class HubEdges:
         reads a key the others asking for it wait for that read instead of making their own: a new epoch's
         first reads of a hub come together (16 connections polling it: 16 reads of its edges at once)."""
         with self._lock:
-            got = self._items.get(key)
+            got = self._kept(key)
             if got is not None:
-                self._items.move_to_end(key)
                 return got
             flight = self._flights.get(key)
             reader = flight is None
@@ -71,10 +70,14 @@ class HubEdges:
 
     def get(self, key: tuple) -> tuple[np.ndarray, ...] | None:
         with self._lock:
-            got = self._items.get(key)
-            if got is not None:
-                self._items.move_to_end(key)
-            return got
+            return self._kept(key)
+
+    def _kept(self, key: tuple) -> tuple[np.ndarray, ...] | None:
+        """The kept answer of ``key``, now the most recently read (caller holds the lock)."""
+        got = self._items.get(key)
+        if got is not None:
+            self._items.move_to_end(key)
+        return got
 
     def put(self, key: tuple, edges: tuple[np.ndarray, ...]) -> None:
         with self._lock:

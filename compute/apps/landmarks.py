@@ -66,23 +66,15 @@ def _plus_one(d: np.ndarray) -> np.ndarray:
 
 
 def bfs(adj: Neighbors, source: int, n: int) -> np.ndarray:
-    """Hop distances from ``source`` along ``adj``'s rows (uint16, ``UNREACHABLE`` where there is no path)."""
-    dist = np.full(n, UNREACHABLE, dtype=HOPS)
-    if not 0 <= source < n:
-        return dist
-    dist[source] = 0
-    frontier = np.array([source], dtype=np.int64)
-    level = 0
-    while len(frontier):
-        level += 1
-        if level >= UNREACHABLE:
-            break  # what is further away reads as unreachable
-        nbrs, _ = adj.neighbors(frontier)
-        nbrs = nbrs[dist[nbrs] == UNREACHABLE]
-        dist[nbrs] = level
-        frontier = _distinct(nbrs, dist, level)
-    return dist
+    """Hop distances from ``source`` along ``adj``'s rows (uint16, ``UNREACHABLE`` where there is no path,
+    or a path of ``UNREACHABLE`` hops or more): :func:`bfs_many` of one source."""
+    return bfs_many(adj, np.array([source], dtype=np.int64), n)[0]
 
+
+# A level with more vertices than this share of the graph is read back from a pass over n instead of
+# sorted (m log m): on a live feed's graph, whose edges expire and come every epoch, the landmarks' BFS
+# runs every epoch, and sorting its big levels was most of an epoch's time.
+_SCAN_SHARE = 1 / 32
 
 # Sources traversed together by :func:`bfs_many`: one bit each in a uint64 per vertex.
 _LANES = 64
@@ -123,7 +115,7 @@ def _bfs_lanes(adj: Neighbors, sources: np.ndarray, n: int, dist: np.ndarray) ->
     while len(frontier):
         level += 1
         if level >= UNREACHABLE:
-            break  # what is further away reads as unreachable, as with bfs
+            break  # what is further away reads as unreachable (uint16 hops)
         nbrs, owner = adj.neighbors(frontier)
         bits = reached[owner] & ~seen[nbrs]
         new = bits != 0
@@ -137,19 +129,6 @@ def _bfs_lanes(adj: Neighbors, sources: np.ndarray, n: int, dist: np.ndarray) ->
         seen[frontier] |= reached
         for i, _ in lanes:
             dist[i, frontier[(reached >> mask(i)) & one != 0]] = level
-
-
-# A level with more candidate vertices than this share of the graph is read back from the distances (one
-# pass over n) instead of sorted (m log m): on a live feed's graph, whose edges expire and come every epoch,
-# the landmarks' BFS runs every epoch, and sorting its big levels was most of an epoch's time.
-_SCAN_SHARE = 1 / 32
-
-
-def _distinct(vertices: np.ndarray, dist: np.ndarray, level: int) -> np.ndarray:
-    """The distinct ``vertices``, all just set to ``dist == level`` (sorted)."""
-    if len(vertices) > _SCAN_SHARE * len(dist):
-        return np.flatnonzero(dist == level)
-    return unique(vertices)
 
 
 def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray, written: list | None = None) -> None:
