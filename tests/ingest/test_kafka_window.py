@@ -46,7 +46,9 @@ def test_the_graph_at_the_topic_end_is_the_window_by_broker_time_and_pagerank_ag
 
     topic = kafka_broker.topic()
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    admin.create_topics([NewTopic(topic, 2, 1)])
+    # The records carry broker times of 2023: with the broker's default retention (7 days by record time)
+    # its first retention check, 30 s after it starts, would delete them before the pipeline reads them.
+    admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"retention.ms": "-1"})])
     admin.close()
     rng = random.Random(9)
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=20)
