@@ -10,12 +10,19 @@ copied to the host in the stage, once per ranked epoch, and nowhere else. With
 owns: they die with it (Ray's ownership) and a relaunched compute actor makes new
 ones. With :mod:`pulsegraph.compute.partition_actor`, the only modules of the
 compute stage that import Ray.
+
+The status poll's calls (:meth:`ComputeActor.latest_epoch`, :meth:`ComputeActor.status`) run in a
+concurrency group of their own, on a thread beside the batches: a batch of a large graph runs for tens
+of seconds, and the supervisor, which checks the memory budget once per poll, must not go blind for
+that long. Every other call stays in Ray's default group, one at a time, in the order each caller
+submitted them (a checkpoint after the batch it follows).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 from pathlib import Path
 
 import ray
@@ -37,7 +44,7 @@ log = logging.getLogger(__name__)
 KEEP_RESULTS = 16
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"status": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
 class ComputeActor:
     def __init__(self, *, config: StageConfig | None = None, restore: tuple[str, str] | None = None,
                  log_level: str = "INFO") -> None:
@@ -50,11 +57,16 @@ class ComputeActor:
         self._stage = ComputeStage.made(config, saved, factory)
         self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
         self._trimmer = HeapTrimmer()
+        self._batch_since: float | None = None  # when the batch being merged started (monotonic)
 
     def apply_epochs(self, infos: list[EpochInfo], *deltas) -> dict:
         """Merge the sealed epochs ``infos`` (oldest first; ``deltas`` are theirs, epoch by epoch,
         ``len(deltas) // len(infos)`` each) and rank the newest."""
-        result = self._stage.apply(SealedEpoch.split(infos, deltas))
+        self._batch_since = time.monotonic()
+        try:
+            result = self._stage.apply(SealedEpoch.split(infos, deltas))
+        finally:
+            self._batch_since = None
         self._results.append(result)
         self._trimmer.maybe_trim()  # the batch's transient arrays are free now
         return {
@@ -84,11 +96,21 @@ class ComputeActor:
     def snapshot(self) -> dict:
         return self._stage.graph.snapshot()
 
+    @ray.method(concurrency_group="status")
     def latest_epoch(self) -> int:
-        """The last epoch merged; asked by the status poll every second, which also hands back what the
-        K-exposure recount freed on its own thread after the last batch (see :class:`HeapTrimmer`)."""
-        self._trimmer.maybe_trim()
+        """The newest epoch merged (or being merged)."""
         return self._stage.epoch
+
+    @ray.method(concurrency_group="status")
+    def status(self) -> dict:
+        """Asked by the status poll every second, during a batch too: the newest epoch merged (or being
+        merged) and how long the batch being merged has run (None: none is). Between batches it also
+        hands back what the K-exposure recount freed on its own thread (see :class:`HeapTrimmer`); not
+        during one, whose arrays would come back at once."""
+        since = self._batch_since
+        if since is None:
+            self._trimmer.maybe_trim()
+        return {"epoch": self._stage.epoch, "batch_s": None if since is None else round(time.monotonic() - since, 1)}
 
     def backend(self) -> str:
         """Where the ranking runs: ``numpy`` or ``cupy``."""

@@ -391,7 +391,7 @@ class Pipeline:
         """Every actor answers (or this raises RayActorError), and what they say."""
         ingest = ray.get([a.status.remote() for a in self.ingest], timeout=STATUS_TIMEOUT_S)
         coord = ray.get(self.coordinator.status.remote(), timeout=STATUS_TIMEOUT_S)
-        ray.get([s.ping.remote() for s in self.shards] + [self.compute.latest_epoch.remote()], timeout=STATUS_TIMEOUT_S)
+        *_, compute = ray.get([s.ping.remote() for s in self.shards] + [self.compute.status.remote()], timeout=STATUS_TIMEOUT_S)
         failed = coord["failed"] or next((i["error"] for i in ingest if i["error"]), None)
         disconnected = not all(i["connected"] for i in ingest)
         # The broker answers, but a partition cannot be read on until the operator acts (its reason says how).
@@ -425,6 +425,8 @@ class Pipeline:
             "checkpoint": coord.get("checkpoint"),
             # The sealed epochs waiting for the compute stage; full: ingest pauses (the supervisor's backpressure).
             "compute_queue": coord.get("compute_queue"),
+            # The newest epoch the compute stage merged or is merging, and how long its batch has run (None: idle).
+            "compute": compute,
             "result_lag": coord.get("result_lag"),
             "_ingest": [{"throttled": i.get("throttled", False)} for i in ingest],
         }

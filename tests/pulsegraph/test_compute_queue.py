@@ -34,5 +34,8 @@ def test_a_full_compute_queue_throttles_ingest_and_it_resumes_with_nothing_lost(
         assert ray.get(p.compute.snapshot.remote()) == want
         status = status_when(p, lambda s: not s["compute_queue"]["throttled"], timeout=30, every=0.1)
         assert status["ingest"] in ("running", "finished") and status["compute_queue"]["throttled_seconds"] > 0
+        # The compute stage answers the poll itself: the newest epoch it merged, and no batch running once done.
+        done = status_when(p, lambda s: s["compute"]["epoch"] >= view.result.epoch and s["compute"]["batch_s"] is None, timeout=30)
+        assert set(done["compute"]) == {"epoch", "batch_s"}
     finally:
         p.stop()
