@@ -108,6 +108,8 @@ class ResultFeed:
             try:
                 self.poll()
             except RayActorError as exc:
+                if self._stop.is_set():
+                    return  # a stop that outwaited this poll (a long batch) killed the actor: no news
                 # The compute actor died; the supervisor relaunches the pipeline and swaps it in.
                 if failing != "actor":
                     log.warning("result feed waits for the compute actor to be relaunched (%s)", type(exc).__name__)
