@@ -77,7 +77,10 @@ class ResultFeed:
         # Epochs taken back at the start are not the compute stage's: until its first epoch, ask for all it has.
         taken_back = self._store.provisional
         after, named = (0, 0) if taken_back else (self._store.latest_epoch, len(self._store.names))
-        results, names = ray.get(self.compute.results_after.remote(after, named, whole))
+        got = ray.get(self.compute.results_after.remote(after, named, whole))
+        if got is None:  # names the compute actor kept no changes from (it was relaunched): ask in its order
+            got = ray.get(self.compute.results_in_order.remote(after, named, whole))
+        results, names = got
         results = owned(results)
         if taken_back and not results:
             return []  # its names alone would rename the epochs served meanwhile

@@ -3,7 +3,8 @@
 It receives sealed epochs in order from the coordinator (``apply_epochs``: one
 or several at once; several are ranked once, as the newest), and keeps the
 results the API process has not pulled yet (``results_after`` both hands them
-over and acknowledges the ones before), never more than a few. Scores are
+over and acknowledges the ones before), never more than a few, each with what the
+vertex names did in its batch. Scores are
 copied to the host in the stage, once per ranked epoch, and nowhere else. With
 ``config.partitions > 1`` it makes its stage's ranking over that many
 :class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors, which it
@@ -11,18 +12,23 @@ owns: they die with it (Ray's ownership) and a relaunched compute actor makes ne
 ones. With :mod:`pulsegraph.compute.partition_actor`, the only modules of the
 compute stage that import Ray.
 
-The status poll's calls (:meth:`ComputeActor.latest_epoch`, :meth:`ComputeActor.status`) run in a
-concurrency group of their own, on a thread beside the batches: a batch of a large graph runs for tens
-of seconds, and the supervisor, which checks the memory budget once per poll, must not go blind for
-that long. Every other call stays in Ray's default group, one at a time, in the order each caller
-submitted them (a checkpoint after the batch it follows).
+The status poll's calls (:meth:`ComputeActor.latest_epoch`, :meth:`ComputeActor.status`) and the API's
+pull of results (:meth:`ComputeActor.results_after`) run in concurrency groups of their own, each on a
+thread beside the batches: a batch of a large graph runs for tens of seconds, the supervisor checks the
+memory budget once per poll and must not go blind for that long, and a result ready must not wait for the
+next batch (queued behind it, the first result after a restart reached the API 25 s late). Neither
+touches the stage: the status reads two numbers, the pull hands over kept results and their name changes,
+worked out by the batch that made them. Every other call stays in Ray's default group, one at a time, in
+the order each caller submitted them (a checkpoint after the batch it follows).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -44,7 +50,19 @@ log = logging.getLogger(__name__)
 KEEP_RESULTS = 16
 
 
-@ray.remote(concurrency_groups={"status": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
+@dataclass(frozen=True)
+class _Kept:
+    """A result the API has not pulled, with what the vertex names did in its batch: ``changes`` take a
+    consumer from the names as of the result before (``since``: its epoch and how many ids had names)
+    to the names as of this one (``named`` ids)."""
+
+    result: EpochResult
+    since: tuple[int, int]
+    changes: NameChanges
+    named: int
+
+
+@ray.remote(concurrency_groups={"status": 1, "results": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
 class ComputeActor:
     def __init__(self, *, config: StageConfig | None = None, restore: tuple[str, str] | None = None,
                  log_level: str = "INFO") -> None:
@@ -55,7 +73,15 @@ class ComputeActor:
         # One partition: the stage makes today's engine itself. More: partition actors owned by this one.
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
         self._stage = ComputeStage.made(config, saved, factory)
-        self._results: collections.deque[EpochResult] = collections.deque(maxlen=KEEP_RESULTS)
+        self._results: collections.deque[_Kept] = collections.deque(maxlen=KEEP_RESULTS)
+        self._results_lock = threading.Lock()  # the pull's thread and the batches' share the kept results
+        # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose
+        # changes are then every name: a consumer that starts over asks from there, restored or not.
+        self._named_at = (0, 0)
+        # Set by a pull, read by the next batch on its thread: the consumer's epoch (renames up to it may
+        # go), and whether it asked for whole application arrays.
+        self._acked = 0
+        self._resend_whole = False
         self._trimmer = HeapTrimmer()
         self._batch_since: float | None = None  # when the batch being merged started (monotonic)
 
@@ -64,10 +90,15 @@ class ComputeActor:
         ``len(deltas) // len(infos)`` each) and rank the newest."""
         self._batch_since = time.monotonic()
         try:
+            graph = self._stage.graph
+            graph.forget_renames(self._acked)
+            if self._resend_whole:
+                self._resend_whole = False
+                self._stage.apps.resend_whole()
             result = self._stage.apply(SealedEpoch.split(infos, deltas))
+            self._keep(result)
         finally:
             self._batch_since = None
-        self._results.append(result)
         self._trimmer.maybe_trim()  # the batch's transient arrays are free now
         return {
             "epoch": result.epoch, "vertices": result.vertices, "edges": result.edges,
@@ -79,19 +110,56 @@ class ComputeActor:
         after that epoch's ``apply_epochs``); returns the file's sha256 and the seconds it took."""
         return self._stage.write_checkpoint(epoch, data_dir)
 
-    def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges]:
+    def _keep(self, result: EpochResult) -> None:
+        """Keep ``result`` with the name changes since the result before (worked out here, on the batch's
+        thread: a pull runs beside the next batch, which changes the names)."""
+        graph = self._stage.graph
+        since = self._named_at
+        kept = _Kept(result, since, graph.name_changes(*since), len(graph.names))
+        with self._results_lock:
+            self._results.append(kept)
+            self._named_at = (result.epoch, kept.named)
+
+    @ray.method(concurrency_group="results")
+    def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges] | None:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and
         what the vertex names did for a caller that knows the names of ids below ``known_names`` as
-        of ``epoch`` (the changes before it are let go too). ``whole``: the caller could not apply an
-        application's patch (it missed the result before), so the next epoch publishes whole arrays."""
+        of ``epoch`` (their renames are let go too, by the next batch). ``whole``: the caller could not
+        apply an application's patch (it missed the result before), so the next epoch publishes whole
+        arrays. Answered beside a running batch, from what the batches kept; None where the caller's
+        names are not where a kept result leaves them (a relaunched stage, results dropped unpulled):
+        then :meth:`results_in_order` answers, after the batch."""
+        if whole:
+            self._resend_whole = True
+        with self._results_lock:
+            while self._results and self._results[0].result.epoch <= epoch:
+                self._results.popleft()
+            kept, named_at = list(self._results), self._named_at
+        at = next((i for i, k in enumerate(kept) if k.since == (epoch, known_names)), None)
+        if at is None:
+            if (epoch, known_names) != named_at:
+                return None
+            at = len(kept)  # the caller has the newest result
+        self._acked = max(self._acked, epoch)
+        newer = kept[at:]
+        changes = NameChanges(known_names, [])
+        for k in newer:
+            changes = changes.then(k.changes)
+        return [k.result for k in newer], changes
+
+    def results_in_order(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges]:
+        """:meth:`results_after` for a caller whose names no kept result starts from, in Ray's default group:
+        between batches, the names as of now are the newest result's."""
         if whole:
             self._stage.apps.resend_whole()
-        while self._results and self._results[0].epoch <= epoch:
-            self._results.popleft()
         graph = self._stage.graph
+        with self._results_lock:
+            while self._results and self._results[0].result.epoch <= epoch:
+                self._results.popleft()
+            kept = list(self._results)
         changes = graph.name_changes(epoch, known_names)
         graph.forget_renames(epoch)
-        return list(self._results), changes
+        return [k.result for k in kept], changes
 
     def snapshot(self) -> dict:
         return self._stage.graph.snapshot()

@@ -110,6 +110,25 @@ class NameChanges:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     renamed: list[str] = field(default_factory=list)
 
+    def then(self, later: NameChanges) -> NameChanges:
+        """These changes followed by ``later`` (which starts where these leave a consumer), as one: what
+        applying both in turn does. ``later``'s renames of ids these add are made in their names."""
+        if later.start == 0:
+            return later
+        end = self.start + len(self.names)
+        if later.start != end:
+            raise ValueError(f"changes from id {later.start} cannot follow changes up to id {end}")
+        names = list(self.names)
+        ours = later.ids >= self.start
+        for i, name in zip((later.ids[ours] - self.start).tolist(), [n for n, o in zip(later.renamed, ours.tolist()) if o]):
+            names[i] = name
+        names.extend(later.names)
+        older = ~ours
+        return NameChanges(
+            self.start, names, np.concatenate([self.ids, later.ids[older]]).astype(np.int64),
+            self.renamed + [n for n, o in zip(later.renamed, older.tolist()) if o],
+        )
+
 
 class VertexIds:
     def __init__(self, reuse_after: float | None = None) -> None:

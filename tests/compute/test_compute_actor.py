@@ -1,4 +1,4 @@
-"""The compute actor answers the status poll while a batch runs.
+"""The compute actor answers the status poll and hands over results while a batch runs.
 
 The supervisor checks the memory budget and refreshes ``/health`` once per status poll, and a batch
 of a large graph runs for tens of seconds: a poll queued behind it went unanswered for that long (the
@@ -13,29 +13,40 @@ import time
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.compute.stage import SealedEpoch
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch
 from pulsegraph.ingest.batch import Router
 from pulsegraph.snapshots.epoch import EpochInfo
 from pulsegraph.snapshots.store import ShardStore
 from tests.compute.test_apps import tweet
 
 
-def one_large_epoch(tweets: int, shards: int = 2) -> SealedEpoch:
-    """One sealed epoch of ``tweets`` random tweets (three edges each): a batch of most of a second."""
+def sealed_epochs(*sizes: int, shards: int = 2) -> list[SealedEpoch]:
+    """Sealed epochs of ``sizes`` random tweets each (three edges a tweet; 40,000: a batch of a second or more)."""
     rng = random.Random(1)
-    stores, router = [ShardStore(i) for i in range(shards)], Router(shards)
-    for off in range(tweets):
-        mentions = [f"u{rng.randrange(tweets)}", f"u{rng.randrange(tweets)}"]
-        router.add("p", off, tweet(f"u{rng.randrange(tweets)}", mentions, [f"h{rng.randrange(500)}"], ts=1.0))
-    for store, batch in zip(stores, router.take()):
-        store.receive(batch)
-    info = EpochInfo(epoch=1, vector={"p": tweets}, records=tweets, sealed_at=1.0, commit_ms=0.0,
-                     timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
-    return SealedEpoch(info, [s.apply(1, {"p": tweets})[1] for s in stores])
+    users = sum(sizes)
+    stores, router, out, offset = [ShardStore(i) for i in range(shards)], Router(shards), [], 0
+    for epoch, size in enumerate(sizes, start=1):
+        for _ in range(size):
+            mentions = [f"u{rng.randrange(users)}", f"u{rng.randrange(users)}"]
+            router.add("p", offset, tweet(f"u{rng.randrange(users)}", mentions, [f"h{rng.randrange(500)}"], ts=1.0))
+            offset += 1
+        for store, batch in zip(stores, router.take()):
+            store.receive(batch)
+        info = EpochInfo(epoch=epoch, vector={"p": offset}, records=offset, sealed_at=float(epoch), commit_ms=0.0,
+                         timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
+        out.append(SealedEpoch(info, [s.apply(epoch, {"p": offset})[1] for s in stores]))
+    return out
+
+
+def wait_for_batch(actor) -> None:
+    deadline = time.monotonic() + 60
+    while ray.get(actor.status.remote(), timeout=60)["batch_s"] is None:
+        assert time.monotonic() < deadline, "the batch never started"
+        time.sleep(0.01)
 
 
 def test_the_status_poll_is_answered_while_a_batch_is_merged_and_ranked(ray_cluster):
-    epoch = one_large_epoch(40_000)
+    (epoch,) = sealed_epochs(40_000)
     actor = ComputeActor.remote()
     try:
         assert ray.get(actor.status.remote(), timeout=60) == {"epoch": 0, "batch_s": None}
@@ -50,5 +61,36 @@ def test_the_status_poll_is_answered_while_a_batch_is_merged_and_ranked(ray_clus
         assert during, seen
         assert all(s["epoch"] == 1 and s["batch_s"] >= 0 for s in during)
         assert ray.get(actor.status.remote()) == {"epoch": 1, "batch_s": None}
+    finally:
+        ray.kill(actor)
+
+
+def test_a_result_is_pulled_while_the_next_batch_runs_with_the_names_as_of_its_epoch(ray_cluster):
+    small, large = sealed_epochs(2_000, 60_000)
+    reference = ComputeStage()
+    reference.apply([small])
+    names_1 = list(reference.graph.names)
+    reference.apply([large])
+    names_2 = list(reference.graph.names)
+    actor = ComputeActor.remote()
+    try:
+        ray.get(actor.apply_epochs.remote([small.info], *small.deltas), timeout=120)
+        batch = actor.apply_epochs.remote([large.info], *large.deltas)
+        wait_for_batch(actor)
+        results, names = ray.get(actor.results_after.remote(0, 0), timeout=60)
+        # Beside the batch (queued behind it, the pull would only come back once it was done).
+        assert not ray.wait([batch], timeout=0)[0]
+        assert [r.epoch for r in results] == [1] and names.start == 0 and names.names == names_1
+        ray.get(batch)
+        results, names = ray.get(actor.results_after.remote(1, len(names_1)), timeout=60)
+        assert [r.epoch for r in results] == [2] and names.start == len(names_1)
+        assert names_1 + names.names == names_2 and not len(names.ids)
+        # Names that no kept result starts from (the consumer's copy is not one the actor handed out):
+        # answered in the actor's order instead, from its names as of now.
+        assert ray.get(actor.results_after.remote(1, 5), timeout=60) is None
+        results, names = ray.get(actor.results_in_order.remote(1, 5), timeout=60)
+        assert [r.epoch for r in results] == [2] and names.start == 5 and names_2[:5] + names.names == names_2
+        # The caller with everything: nothing new, from either.
+        assert ray.get(actor.results_after.remote(2, len(names_2)), timeout=60)[0] == []
     finally:
         ray.kill(actor)

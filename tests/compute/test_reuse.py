@@ -10,6 +10,7 @@ copy of the names kept only from :meth:`~pulsegraph.compute.graph.GlobalGraph.na
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.ids import VertexIds
@@ -75,6 +76,37 @@ def test_ids_follow_the_window_and_a_consumer_keeps_its_names_from_the_changes()
     # A consumer that last looked before the changes still kept gets every name instead.
     stale = g.name_changes(0, 10)
     assert stale.start == 0 and stale.names == g.names
+
+
+def test_changes_chained_one_after_another_do_what_applying_each_in_turn_does():
+    """What the compute actor hands a consumer that missed several results: each result's name changes,
+    chained with ``then``, in groups of any size."""
+    stores = [ShardStore(i, WINDOW, recycle_every=1) for i in range(SHARDS)]
+    g = GlobalGraph(windowed=True, reuse_after=REUSE_AFTER)
+    each, names_after = [], []
+    for e in range(1, 41):
+        g.apply_epochs([sealed(stores, e)])
+        each.append(g.name_changes(e - 1, len(names_after[-1]) if names_after else 0))
+        names_after.append(list(g.names))
+    rng = np.random.default_rng(3)
+    copy: list[str] = []
+    at, renamed_in_own_names = 0, 0
+    while at < len(each):
+        k = int(rng.integers(1, 16))  # up to 15: an id is given back and reused within 8-9 epochs
+        chained = each[at]
+        for later in each[at + 1 : at + k]:
+            renamed_in_own_names += int((later.ids >= chained.start).sum())
+            chained = chained.then(later)
+        assert (chained.ids < chained.start).all()  # a consumer's renames are of ids it knows
+        for i, name in zip(chained.ids.tolist(), chained.renamed):
+            copy[i] = name
+        copy[chained.start :] = chained.names
+        at = min(at + k, len(each))
+        assert copy == names_after[at - 1]
+    assert renamed_in_own_names > 0  # ids reused within a group were renamed in the names it adds
+    gap = next(i for i in range(len(each) - 2) if each[i + 1].names)  # changes that add ids, left out
+    with pytest.raises(ValueError, match="cannot follow"):
+        each[gap].then(each[gap + 2])
 
 
 def test_without_reuse_the_ids_grow_with_every_vertex_seen():
