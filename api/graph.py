@@ -167,7 +167,11 @@ class GraphHistory:
         slots[fresh] = new_slots
         if full:
             # Freed slots and new ones hold nothing, so the edges live now and not named are the ones gone.
-            gone = np.setdiff1d(np.flatnonzero((self.mult.view != 0) | (self.weight.view != 0)), slots)
+            # A mask, not np.setdiff1d: that sorts both sides, 33 s of the 58 the first epoch after a
+            # restart took here at 23 M edges.
+            held = (self.mult.view != 0) | (self.weight.view != 0)
+            held[slots[slots < base]] = False
+            gone = np.flatnonzero(held)
             slots = np.concatenate([slots, gone])
             mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
             weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
