@@ -108,6 +108,19 @@ def test_an_epoch_that_merged_sealed_ones_undoes_back_to_the_ranked_epoch_before
     assert g.kept_from == 4
 
 
+def test_an_edge_changed_twice_in_one_epoch_keeps_its_last_change():
+    g = GraphHistory()
+    rows = EdgeChanges(np.array([1, 2, 1, 3], np.int32), np.array([2, 3, 2, 1], np.int32), np.zeros(4, np.int16),
+                       np.array([1, 1, 3, 1], np.int64), np.array([10, 20, 30, 40], np.int64))
+    g.apply(1, rows)
+    assert got(g, 1, "out", None) == {(2, 0, 3, 30)}
+    assert got(g, 2, "out", None) == {(3, 0, 1, 20)} and got(g, 3, "out", None) == {(1, 0, 1, 40)}
+    g.apply(2, EdgeChanges(*(np.repeat(c[:1], 3) for c in (rows.src, rows.dst, rows.etype)),
+                           np.array([2, 0, 5], np.int64), np.array([1, 2, 50], np.int64)), full=True)
+    assert got(g, 1, "out", None) == {(2, 0, 5, 50)} and got(g, 2, "out", None) == set()
+    assert got(g, 1, "out", 1) == {(2, 0, 3, 30)}
+
+
 def test_a_gap_is_counted():
     g = GraphHistory()
     g.apply(1, EdgeChanges.empty())
