@@ -7,6 +7,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 
     .venv/bin/python -m bench.structures rowtable --ref 2039689
     .venv/bin/python -m bench.structures api-names --ref 2039689
+    .venv/bin/python -m bench.structures graph-view --ref 8858c2b
     .venv/bin/python -m bench.structures compute-names
     .venv/bin/python -m bench.structures compaction --ref 2039689
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
@@ -16,6 +17,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
   compaction; bytes per live entry.
 * ``api-names``: :func:`pulsegraph.api.names.names_update` on 3 M names, five epochs of 20 k new names each.
+* ``graph-view``: :meth:`pulsegraph.api.graph.GraphHistory.apply` of a whole epoch of 20 M edges (the first epoch
+  after a restart), into an empty view and over a full one.
 * ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
   (traced), 60 batches of 50 k names put, a lookup of 51 k names.
 * ``compaction``: :meth:`pulsegraph.compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
@@ -106,6 +109,27 @@ def api_names(mod) -> str:
         held = mod.names_update(names, index, held, NameChanges(n, [f"new{e}.{j}" for j in range(k)])).sorted_names
         times.append(time.perf_counter() - t0)
     return f"{n:,} names, {k:,} new an epoch: " + " / ".join(f"{t * 1000:.0f}" for t in times) + " ms"
+
+
+def graph_view(mod) -> str:
+    """A whole epoch (every edge once, as the compute stage sends the first epoch after a restart) into the
+    API's empty graph view, then again over the full view (a relaunch's whole epoch)."""
+    from pulsegraph.compute.changes import EdgeChanges
+
+    n, v = 20_000_000, 2_600_000
+    rng = np.random.default_rng(1)
+    src, dst, et = rng.integers(0, v, n), rng.integers(0, v, n), rng.integers(0, 2, n)
+    _, once = np.unique((src * v + dst) * 2 + et, return_index=True)
+    once = rng.permutation(once)
+    ones = np.ones(len(once), np.int64)
+    ch = EdgeChanges(src[once].astype(np.int32), dst[once].astype(np.int32), et[once].astype(np.int16), ones, ones)
+    g = mod.GraphHistory(retain=80)
+    times = []
+    for epoch in (1, 2):
+        t0 = time.perf_counter()
+        g.apply(epoch, ch, full=True)
+        times.append(time.perf_counter() - t0)
+    return f"{len(ch):,} edges, a whole epoch into an empty view / over a full one: {times[0]:.1f} / {times[1]:.1f} s"
 
 
 def compute_names(mod) -> str:
@@ -305,6 +329,7 @@ CASES = {
     "overlays": (overlays, "compute/resident.py"),
     "rowtable": (rowtable, "compute/apps/adjacency.py"),
     "api-names": (api_names, "api/names.py"),
+    "graph-view": (graph_view, "api/graph.py"),
     "compute-names": (compute_names, "compute/ids.py"),
     "compaction": (compaction, "compute/resident.py"),
     "shard-names": (shard_names, "snapshots/interner.py"),
