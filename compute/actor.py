@@ -15,8 +15,9 @@ compute stage that import Ray.
 The status poll's calls (:meth:`ComputeActor.latest_epoch`, :meth:`ComputeActor.status`) and the API's
 pull of results (:meth:`ComputeActor.results_after`) run in concurrency groups of their own, each on a
 thread beside the batches: a batch of a large graph runs for tens of seconds, the supervisor checks the
-memory budget once per poll and must not go blind for that long, and a result ready must not wait for the
-next batch (queued behind it, the first result after a restart reached the API 25 s late). Neither
+memory budget once per poll and must not go blind for that long, and a result ready must not wait out the
+next batch (a pull that came after the next batch had started, the feed busy taking in the result
+before, was queued behind it). Neither
 touches the stage: the status reads two numbers, the pull hands over kept results and their name changes,
 worked out by the batch that made them. Every other call stays in Ray's default group, one at a time, in
 the order each caller submitted them (a checkpoint after the batch it follows).
