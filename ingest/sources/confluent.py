@@ -174,5 +174,5 @@ class ConfluentKafkaClient(BaseKafkaClient):
         # its queued records, so nothing queued is fetched twice and nothing prefetched is lost.
         self._consumer.assign([self._tp(p, offset if p == partition else self._fetched[p]) for p in self._partitions])
 
-    def _close(self) -> None:
-        self._consumer.close()
+    def _close(self, consumer: Any) -> None:
+        consumer.close()

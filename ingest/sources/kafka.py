@@ -46,6 +46,7 @@ from __future__ import annotations
 import abc
 import collections
 import logging
+import threading
 import time
 from typing import Any
 
@@ -73,6 +74,13 @@ PROBE_S = 2.0
 # offsets: Local: Unknown partition") and fetched nothing from them for the 300 s the test waited (its
 # metadata refresh comes every 5 minutes); a new client asks for the metadata at once.
 REOPEN_AFTER_S = 20.0
+# How long closing a consumer is waited for. librdkafka's close waits, without a timeout, for the group
+# coordinator to answer the offset commits queued to it; after a broker restart its coordinator connection
+# stayed down (REQTMOUT every 6 s) and a chaos run's reopen stood in close() for the 300 s the test waited,
+# two partitions unread. Past this the close goes on by itself on its thread and the client without it,
+# with at most MAX_STUCK_CLOSES of them at once (then the oldest is waited for: a bound on the handles).
+CLOSE_WAIT_S = 5.0
+MAX_STUCK_CLOSES = 3
 # How long one fill waits for records: short, so a round over several partitions never stalls.
 POLL_TIMEOUT_S = 0.02
 # A partition's in-process queue holds about this many records at most (or four takes, if more).
@@ -113,6 +121,7 @@ class BaseKafkaClient(abc.ABC):
         self.fault: str | None = None
         self._attempt_since = 0.0  # time.monotonic() at the start of the last connection attempt
         self._queue_cap = MAX_QUEUED_RECORDS
+        self._stuck_closes: list[threading.Thread] = []  # closes that outlasted CLOSE_WAIT_S, still running
 
     # -- what a client library provides --------------------------------------------------
 
@@ -160,8 +169,8 @@ class BaseKafkaClient(abc.ABC):
         """Fetch ``partition`` from ``offset`` on."""
 
     @abc.abstractmethod
-    def _close(self) -> None:
-        """Close the consumer."""
+    def _close(self, consumer: Any) -> None:
+        """Close ``consumer``."""
 
     # -- shared behaviour ---------------------------------------------------------------------
 
@@ -283,11 +292,7 @@ class BaseKafkaClient(abc.ABC):
         what was queued is fetched again)."""
         log.warning("Kafka client for %s partitions %s disconnected for %.0f s (%s); opening a new one",
                     self.topic, self._partitions, time.monotonic() - self._down_since, self.error)
-        try:
-            self._close()
-        except Exception:  # noqa: BLE001 - a client that cannot even close is dropped all the same
-            log.exception("closing the stuck Kafka client failed")
-        self._consumer = None
+        self._close_within(CLOSE_WAIT_S)
         self._down_since = time.monotonic()
 
     def probe(self) -> None:
@@ -345,8 +350,28 @@ class BaseKafkaClient(abc.ABC):
 
     def close(self) -> None:
         if self._consumer is not None:
-            self._close()
-            self._consumer = None
+            self._close_within(CLOSE_WAIT_S)
+
+    def _close_within(self, wait_s: float) -> None:
+        """Close the consumer on a thread of its own, waiting ``wait_s`` at most (see CLOSE_WAIT_S); the client
+        has no consumer after it either way."""
+        consumer, self._consumer = self._consumer, None
+        closing = threading.Thread(target=self._close_quietly, args=(consumer,), name="kafka-close", daemon=True)
+        closing.start()
+        closing.join(wait_s)
+        self._stuck_closes = [t for t in self._stuck_closes if t.is_alive()]
+        if closing.is_alive():
+            log.warning("the Kafka client for %s partitions %s did not close within %.0f s (it waits for a broker "
+                        "that does not answer); it is left to close by itself", self.topic, self._partitions, wait_s)
+            self._stuck_closes.append(closing)
+        if len(self._stuck_closes) > MAX_STUCK_CLOSES:
+            self._stuck_closes.pop(0).join()
+
+    def _close_quietly(self, consumer: Any) -> None:
+        try:
+            self._close(consumer)
+        except Exception:  # noqa: BLE001 - a client that cannot even close is dropped all the same
+            log.exception("closing the Kafka client failed")
 
 
 class KafkaClient(BaseKafkaClient):
@@ -449,8 +474,8 @@ class KafkaClient(BaseKafkaClient):
 
         self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
-    def _close(self) -> None:
-        self._consumer.close()
+    def _close(self, consumer: Any) -> None:
+        consumer.close()
 
 
 class KafkaPartition(SourcePartition):
