@@ -56,6 +56,7 @@ from pulsegraph.ingest.sources.kafka_clients import (
     codec_fault,
     kafka_python_config,
 )
+from pulsegraph.ingest.sources.kafka_close import close_within
 from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 
 # Imported with the source, before any client: it keeps the causes kafka-python logs as it fails to connect.
@@ -74,13 +75,6 @@ PROBE_S = 2.0
 # offsets: Local: Unknown partition") and fetched nothing from them for the 300 s the test waited (its
 # metadata refresh comes every 5 minutes); a new client asks for the metadata at once.
 REOPEN_AFTER_S = 20.0
-# How long closing a consumer is waited for. librdkafka's close waits, without a timeout, for the group
-# coordinator to answer the offset commits queued to it; after a broker restart its coordinator connection
-# stayed down (REQTMOUT every 6 s) and a chaos run's reopen stood in close() for the 300 s the test waited,
-# two partitions unread. Past this the close goes on by itself on its thread and the client without it,
-# with at most MAX_STUCK_CLOSES of them at once (then the oldest is waited for: a bound on the handles).
-CLOSE_WAIT_S = 5.0
-MAX_STUCK_CLOSES = 3
 # How long one fill waits for records: short, so a round over several partitions never stalls.
 POLL_TIMEOUT_S = 0.02
 # A partition's in-process queue holds about this many records at most (or four takes, if more).
@@ -121,7 +115,7 @@ class BaseKafkaClient(abc.ABC):
         self.fault: str | None = None
         self._attempt_since = 0.0  # time.monotonic() at the start of the last connection attempt
         self._queue_cap = MAX_QUEUED_RECORDS
-        self._stuck_closes: list[threading.Thread] = []  # closes that outlasted CLOSE_WAIT_S, still running
+        self._stuck_closes: list[threading.Thread] = []  # closes that outlasted kafka_close.CLOSE_WAIT_S, still running
 
     # -- what a client library provides --------------------------------------------------
 
@@ -292,7 +286,7 @@ class BaseKafkaClient(abc.ABC):
         what was queued is fetched again)."""
         log.warning("Kafka client for %s partitions %s disconnected for %.0f s (%s); opening a new one",
                     self.topic, self._partitions, time.monotonic() - self._down_since, self.error)
-        self._close_within(CLOSE_WAIT_S)
+        self._close_within()
         self._down_since = time.monotonic()
 
     def probe(self) -> None:
@@ -350,28 +344,12 @@ class BaseKafkaClient(abc.ABC):
 
     def close(self) -> None:
         if self._consumer is not None:
-            self._close_within(CLOSE_WAIT_S)
+            self._close_within()
 
-    def _close_within(self, wait_s: float) -> None:
-        """Close the consumer on a thread of its own, waiting ``wait_s`` at most (see CLOSE_WAIT_S); the client
-        has no consumer after it either way."""
+    def _close_within(self) -> None:
+        """Close the consumer without waiting on it for ever (:func:`close_within`); none is left either way."""
         consumer, self._consumer = self._consumer, None
-        closing = threading.Thread(target=self._close_quietly, args=(consumer,), name="kafka-close", daemon=True)
-        closing.start()
-        closing.join(wait_s)
-        self._stuck_closes = [t for t in self._stuck_closes if t.is_alive()]
-        if closing.is_alive():
-            log.warning("the Kafka client for %s partitions %s did not close within %.0f s (it waits for a broker "
-                        "that does not answer); it is left to close by itself", self.topic, self._partitions, wait_s)
-            self._stuck_closes.append(closing)
-        if len(self._stuck_closes) > MAX_STUCK_CLOSES:
-            self._stuck_closes.pop(0).join()
-
-    def _close_quietly(self, consumer: Any) -> None:
-        try:
-            self._close(consumer)
-        except Exception:  # noqa: BLE001 - a client that cannot even close is dropped all the same
-            log.exception("closing the Kafka client failed")
+        close_within(self._close, consumer, self._stuck_closes, f"the Kafka client for {self.topic} partitions {self._partitions}")
 
 
 class KafkaClient(BaseKafkaClient):

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from pulsegraph.ingest.sources import kafka
+from pulsegraph.ingest.sources import kafka_close
 from pulsegraph.ingest.sources.kafka import KafkaClient
 
 
@@ -29,20 +29,20 @@ class _Consumer:
 
 
 def test_a_close_that_hangs_is_left_behind_and_their_number_is_bounded(monkeypatch, caplog):
-    monkeypatch.setattr(kafka, "CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr(kafka_close, "CLOSE_WAIT_S", 0.2)
     release = threading.Event()
     client = KafkaClient("127.0.0.1:1", "t", [0, 1], {}, "g")
     consumers = []
-    caplog.set_level(logging.WARNING, logger=kafka.__name__)
+    caplog.set_level(logging.WARNING, logger=kafka_close.__name__)
     try:
-        for _ in range(kafka.MAX_STUCK_CLOSES):
+        for _ in range(kafka_close.MAX_STUCK_CLOSES):
             consumers.append(_Consumer(release))
             client._consumer = consumers[-1]
             t0 = time.monotonic()
             client._reopen()
             assert time.monotonic() - t0 < 2.0 and client._consumer is None
-        assert len(client._stuck_closes) == kafka.MAX_STUCK_CLOSES
-        assert sum("did not close within" in r.getMessage() for r in caplog.records) == kafka.MAX_STUCK_CLOSES
+        assert len(client._stuck_closes) == kafka_close.MAX_STUCK_CLOSES
+        assert sum("did not close within" in r.getMessage() for r in caplog.records) == kafka_close.MAX_STUCK_CLOSES
         # One more than the bound: the oldest is waited for (here, until the library lets go).
         consumers.append(_Consumer(release))
         client._consumer = consumers[-1]
