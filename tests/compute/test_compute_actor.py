@@ -14,28 +14,20 @@ import ray
 
 from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch
-from pulsegraph.ingest.batch import Router
-from pulsegraph.snapshots.epoch import EpochInfo
-from pulsegraph.snapshots.store import ShardStore
 from tests.compute.test_apps import tweet
+from tests.compute.test_stage import seal
 
 
 def sealed_epochs(*sizes: int, shards: int = 2) -> list[SealedEpoch]:
     """Sealed epochs of ``sizes`` random tweets each (three edges a tweet; 40,000: a batch of a second or more)."""
     rng = random.Random(1)
     users = sum(sizes)
-    stores, router, out, offset = [ShardStore(i) for i in range(shards)], Router(shards), [], 0
-    for epoch, size in enumerate(sizes, start=1):
-        for _ in range(size):
-            mentions = [f"u{rng.randrange(users)}", f"u{rng.randrange(users)}"]
-            router.add("p", offset, tweet(f"u{rng.randrange(users)}", mentions, [f"h{rng.randrange(500)}"], ts=1.0))
-            offset += 1
-        for store, batch in zip(stores, router.take()):
-            store.receive(batch)
-        info = EpochInfo(epoch=epoch, vector={"p": offset}, records=offset, sealed_at=float(epoch), commit_ms=0.0,
-                         timeliness_ms={"p50": 0.0, "p99": 0.0, "max": 0.0})
-        out.append(SealedEpoch(info, [s.apply(epoch, {"p": offset})[1] for s in stores]))
-    return out
+
+    def one() -> list:
+        mentions = [f"u{rng.randrange(users)}", f"u{rng.randrange(users)}"]
+        return tweet(f"u{rng.randrange(users)}", mentions, [f"h{rng.randrange(500)}"], ts=1.0)
+
+    return seal([[one() for _ in range(size)] for size in sizes], shards)
 
 
 def wait_for_batch(actor) -> None:

@@ -21,8 +21,14 @@ from tests.compute.test_apps import random_tweet_epochs
 
 
 def sealed(seed: int, shards: int = 3) -> list[SealedEpoch]:
+    return seal(random_tweet_epochs(seed, epochs=14), shards)
+
+
+def seal(epochs: list[list[list]], shards: int) -> list[SealedEpoch]:
+    """``epochs`` (each a list of transactions, each a list of updates) through ``shards`` shard stores, as
+    sealed epochs 1, 2, ... with every shard's delta."""
     stores, router, out, offset = [ShardStore(i) for i in range(shards)], Router(shards), [], 0
-    for e, batch in enumerate(random_tweet_epochs(seed, epochs=14), start=1):
+    for e, batch in enumerate(epochs, start=1):
         for updates in batch:
             router.add("p", offset, updates)
             offset += 1
