@@ -121,6 +121,14 @@ class ComputeActor:
             self._results.append(kept)
             self._named_at = (result.epoch, kept.named)
 
+    def _newer_than(self, epoch: int) -> tuple[list[_Kept], tuple[int, int]]:
+        """Let go of the kept results up to ``epoch`` (the caller has them); the rest, and the names' place
+        as of the newest, read together."""
+        with self._results_lock:
+            while self._results and self._results[0].result.epoch <= epoch:
+                self._results.popleft()
+            return list(self._results), self._named_at
+
     @ray.method(concurrency_group="results")
     def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges] | None:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and
@@ -132,10 +140,7 @@ class ComputeActor:
         then :meth:`results_in_order` answers, after the batch."""
         if whole:
             self._resend_whole = True
-        with self._results_lock:
-            while self._results and self._results[0].result.epoch <= epoch:
-                self._results.popleft()
-            kept, named_at = list(self._results), self._named_at
+        kept, named_at = self._newer_than(epoch)
         at = next((i for i, k in enumerate(kept) if k.since == (epoch, known_names)), None)
         if at is None:
             if (epoch, known_names) != named_at:
@@ -154,10 +159,7 @@ class ComputeActor:
         if whole:
             self._stage.apps.resend_whole()
         graph = self._stage.graph
-        with self._results_lock:
-            while self._results and self._results[0].result.epoch <= epoch:
-                self._results.popleft()
-            kept = list(self._results)
+        kept, _ = self._newer_than(epoch)
         changes = graph.name_changes(epoch, known_names)
         graph.forget_renames(epoch)
         return [k.result for k in kept], changes
