@@ -59,7 +59,7 @@ Found = tuple[str, str, Any, Any]
 
 
 def _index_of(store: ResultStore, name: str | None, n: int) -> int | None:
-    i = store.index.get(name) if name is not None else None
+    i = store.id_of(name) if name is not None else None
     return i if i is not None and i < n else None
 
 
@@ -212,7 +212,7 @@ def _topic_persistence(spec: TopicPersistenceRule, view: EpochView, prev: EpochV
     tags, users, now, before = pair
     keep = users >= spec.min_users
     if spec.topic is not None:
-        i = store.index.get(spec.topic)
+        i = store.id_of(spec.topic)
         keep &= tags == (i if i is not None else -1)
     v = spec.value
     was_above = before >= v  # False for NaN: a topic new in this epoch rises from nothing

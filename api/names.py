@@ -39,6 +39,8 @@ from pulsegraph.compute.ids import NameChanges
 REBUILD_SHARE = 0.125
 REBUILD_MIN = 4096
 NAMES_FILE = "names.log"
+# Names indexed per slice by whole_index (about 10 ms of the interpreter each).
+INDEX_SLICE = 1 << 15
 # The journal is rewritten as one whole list once its changes outweigh that list this many times over
 # (and at least JOURNAL_MIN bytes): a name is written ~1 + 1 / JOURNAL_SHARE times over its life.
 JOURNAL_SHARE = 2
@@ -147,6 +149,37 @@ def names_update(names: list[str], index: dict[str, int], sorted_names: SortedNa
         sorted_names, writes={i: n for i, n in final.items() if i < len(names)},
         tail=[final.get(i, "") for i in range(len(names), end)], index=moved,
     )
+
+
+def whole_index(names: list[str]) -> dict[str, int]:
+    """``names`` (by id) indexed by name, as :func:`names_update` indexes a whole list (a name's last id; never
+    the empty name), built a slice at a time: the thread building it hands the interpreter over between
+    slices, so requests are served meanwhile (one call over millions of names holds it for most of a second)."""
+    index: dict[str, int] = {}
+    for at in range(0, len(names), INDEX_SLICE):
+        index.update(zip(names[at : at + INDEX_SLICE], range(at, at + INDEX_SLICE)))
+    index.pop("", None)
+    return index
+
+
+def scan_id(names: list[str], name: str) -> int | None:
+    """The id :func:`whole_index` would give ``name``, by a pass over the list (``list.index``: milliseconds
+    at millions of names)."""
+    at = None
+    try:
+        while True:
+            at = names.index(name, 0 if at is None else at + 1)
+    except ValueError:
+        return at if name else None
+
+
+def scan_index(names: list[str], prefix: str) -> dict[str, int]:
+    """The entries :func:`whole_index` would hold for the names starting with ``prefix``, by one pass over the
+    list: what a lookup is answered with while that index is being built (tens of milliseconds at millions of
+    names, against a dictionary read)."""
+    if not prefix:
+        return whole_index(names)
+    return {n: i for i, n in enumerate(names) if n.startswith(prefix)}
 
 
 def apply_names(names: list[str], changes: NameChanges) -> list[str]:

@@ -38,7 +38,7 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
-from pulsegraph.api.names import NamesUpdate, SortedNames, names_update
+from pulsegraph.api.names import NamesUpdate, SortedNames, names_update, scan_id, scan_index, whole_index
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
@@ -126,6 +126,10 @@ class ResultStore:
         # A patch did not apply (the feed missed a result): the feed asks the compute stage for whole arrays.
         self.resend_whole = False
         self._sorted_names = SortedNames()
+        # Names taken back at a start whose index (and sorted names) a thread is building meanwhile: until it
+        # is done, a lookup scans this list (see take_back).
+        self._unindexed: list[str] | None = None
+        self._indexing: threading.Thread | None = None
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
         self._merged_into: dict[int, int] = {}  # a retained epoch without results -> the ranked one holding it
         self._algorithms: tuple[str, ...] = ()
@@ -181,6 +185,7 @@ class ResultStore:
         # Worked out outside the lock (the feed thread is the only writer); swapped in under it.
         update = None
         if names is not None and (names.start == 0 or names.names or len(names.ids)):
+            self._await_index()  # the changes patch the index
             update = names_update(self.names, self.index, self._sorted_names, names)
         undo = self._keep_changes(views)
         if self.archive is not None and notify:
@@ -249,7 +254,28 @@ class ResultStore:
         provisionally until the pipeline's first epochs settle them (:meth:`add`); no listener hears of them,
         and the archive is not written."""
         self.provisional = True
-        self.add(results, names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
+        if names.start == 0:
+            # Their ids are named at once; the index by name (and the sorted names a search bisects), most
+            # of a second per million names, is built on a thread of its own, so serving starts without it.
+            whole = list(names.names)
+            with self._lock:
+                self.names, self.index, self._unindexed = whole, {}, whole
+            self._indexing = threading.Thread(target=self._build_index, args=(whole,), name="names-index", daemon=True)
+            self._indexing.start()
+        self.add(results, None if names.start == 0 else names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
+
+    def _build_index(self, names: list[str]) -> None:
+        index = whole_index(names)
+        sorted_names = SortedNames(sorted(index))
+        with self._lock:
+            self.index, self._sorted_names = index, sorted_names
+            self._unindexed = None
+
+    def _await_index(self) -> None:
+        """Wait for the index of the names taken back (only the feed thread changes names, and it calls this first)."""
+        if self._indexing is not None:
+            self._indexing.join()
+            self._indexing = None
 
     def drop_taken(self, epochs: list[int]) -> None:
         """Stop serving these epochs taken back at the start (their files failed the check the take-back
@@ -418,8 +444,13 @@ class ResultStore:
         with self._lock:
             return len(self._epochs)
 
+    def id_of(self, name: str) -> int | None:
+        """The id a vertex's name has now (None: no vertex has it)."""
+        pending = self._unindexed  # read first: the index is swapped in before this is cleared
+        return scan_id(pending, name) if pending is not None else self.index.get(name)
+
     def vertex_id(self, name: str) -> int:
-        i = self.index.get(name)
+        i = self.id_of(name)
         if i is None:
             raise NotFound(f"unknown vertex {name!r}", code="vertex_not_found")
         return i
@@ -435,10 +466,16 @@ class ResultStore:
         it to now: with reused ids a name that moved is listed for its new id only.
         """
         out: list[str] = []
-        for name in itertools.islice(self._sorted_names.starting(prefix), scan):
+        pending = self._unindexed
+        if pending is not None:  # the names taken back are being indexed: the ones with this prefix, by a pass
+            index = scan_index(pending, prefix)
+            names = SortedNames(sorted(index))
+        else:
+            index, names = self.index, self._sorted_names
+        for name in itertools.islice(names.starting(prefix), scan):
             if len(out) >= limit or not name.startswith(prefix):
                 break
-            i_name = self.index.get(name, vertices)
+            i_name = index.get(name, vertices)
             if i_name < vertices and (present is None or bool(present[i_name])):
                 out.append(name)
         return out

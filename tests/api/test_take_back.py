@@ -7,11 +7,14 @@ tests/pulsegraph/test_restart_serving.py; here the archive, the store and the fe
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from pulsegraph.api.archive import ResultArchive
-from pulsegraph.api.names import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names
+from pulsegraph.api.exceptions import NotFound
+from pulsegraph.api.names import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names, whole_index
 from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.ids import NameChanges
 from tests.api.test_archive import NAMES, result
@@ -96,13 +99,44 @@ def test_a_restart_serves_the_archived_epochs_with_their_names_before_the_pipeli
     served(tmp_path, [1, 2, 3, 4], [NameChanges(0, NAMES), None, NameChanges(6, [], np.array([5]), ["w5"]), None])
     archive, store = restarted(tmp_path)
     assert store.provisional and store.epoch_numbers() == [1, 2, 3, 4]
-    assert store.names == renamed and store.vertex_id("w5") == 5 and "v5" not in store.index
+    assert store.names == renamed and store.vertex_id("w5") == 5 and store.id_of("v5") is None
     assert store.get(2).top["pagerank"][0] == 2 and store.get(3).previous is store.get(2)
     # The pipeline's first epoch follows on: everything is kept, and it runs on from the newest.
     first = result(5, full=True)
     store.add([first], NameChanges(0, renamed), settle=archive.confirm(first))
     assert not store.provisional and store.epoch_numbers() == [1, 2, 3, 4, 5]
     assert store.get(5).previous is store.get(4)
+
+
+def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_waits_for_it(tmp_path, monkeypatch):
+    import pulsegraph.api.store as store_module
+
+    built = threading.Event()
+
+    def slow_index(names):  # the index of a few million names takes most of a second
+        assert built.wait(10)
+        return whole_index(names)
+
+    monkeypatch.setattr(store_module, "whole_index", slow_index)
+    names = NAMES[:4] + ["w4", "v5", "", "v10"]
+    served(tmp_path, [1, 2], [NameChanges(0, names), None])
+    archive, store = restarted(tmp_path)
+    assert store.index == {}, "not built yet: what follows is answered by a pass over the names"
+    assert [store.vertex_id(n) for n in ("v0", "w4", "v5", "v10")] == [0, 4, 5, 7] and store.id_of("") is None
+    with pytest.raises(NotFound):
+        store.vertex_id("v4")
+    during = [store.search(p, 10, 8) for p in ("v", "v1", "w", "x", "")]
+    assert during[0] == ["v0", "v1", "v10", "v2", "v3", "v5"] and during[1] == ["v1", "v10"]
+
+    feed = threading.Thread(target=store.add, args=([result(3, full=True)], NameChanges(8, ["v11"])),
+                            kwargs={"settle": archive.confirm(result(3, full=True))})
+    feed.start()
+    feed.join(0.3)
+    assert feed.is_alive(), "the feed's names patch the index: it waits for it"
+    built.set()
+    feed.join(10)
+    assert not feed.is_alive() and store.index == {**whole_index(names), "v11": 8}
+    assert [store.search(p, 10, 8) for p in ("v", "v1", "w", "x", "")] == during, "the same answers from the index"
 
 
 def test_epochs_the_pipeline_publishes_again_are_dropped_and_come_back_from_it(tmp_path):
