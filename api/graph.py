@@ -186,7 +186,14 @@ class GraphHistory:
             slots = np.concatenate([slots, gone])
             mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
             weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
-        s = np.sort(slots)
+        if self.epoch == 0:
+            # The first epoch applied: no graph before it is ever rebuilt (_kept_from), so its undo record
+            # keeps only the slots it leaves empty, which _release frees once it leaves the retention (there
+            # are none from the compute stage). At a restart that is the whole graph's 20 bytes per edge
+            # not kept, in memory and in the epoch's archive file, and its sort not made.
+            s = np.sort(slots[(mult == 0) & (weight == 0)])
+        else:
+            s = np.sort(slots)
         with self._lock.write():
             self._free = free
             if n_new:

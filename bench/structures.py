@@ -124,12 +124,14 @@ def graph_view(mod) -> str:
     ones = np.ones(len(once), np.int64)
     ch = EdgeChanges(src[once].astype(np.int32), dst[once].astype(np.int32), et[once].astype(np.int16), ones, ones)
     g = mod.GraphHistory(retain=80)
-    times = []
+    times, sizes = [], []
     for epoch in (1, 2):
         t0 = time.perf_counter()
         g.apply(epoch, ch, full=True)
         times.append(time.perf_counter() - t0)
-    return f"{len(ch):,} edges, a whole epoch into an empty view / over a full one: {times[0]:.1f} / {times[1]:.1f} s"
+        sizes.append(g.nbytes / len(ch))
+    return (f"{len(ch):,} edges, a whole epoch into an empty view / over a full one: {times[0]:.1f} / {times[1]:.1f} s, "
+            f"the view after it {sizes[0]:.0f} / {sizes[1]:.0f} bytes per edge")
 
 
 def compute_names(mod) -> str:

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.base import keyindex
 from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES
@@ -143,6 +144,29 @@ def test_a_full_epoch_replaces_the_graph_and_older_epochs_still_answer():
             assert got(g, v, direction, None) == expected(epochs[10][1], v, direction)
             assert got(g, v, direction, 10) == expected(epochs[9][1], v, direction)
             assert got(g, v, direction, 5) == expected(epochs[4][1], v, direction)
+
+
+def test_the_first_epoch_into_an_empty_view_keeps_no_undo_record_of_its_edges():
+    epochs = random_epochs(8, seed=11)
+    whole = dict(epochs[3][1])  # a restart's view begins with the whole graph as of epoch 4
+    whole[(0, 1, 0)] = (0, 0)  # an edge with nothing left in it: its slot must still be freed in time
+    g = GraphHistory(retain=3)
+    g.apply(4, as_changes(whole), full=True)
+    rec = g.undo_record(4)
+    empty = sum(1 for m, w in whole.values() if not m and not w)
+    assert rec is not None and len(rec["slots"]) == empty >= 1, "only the empty edges' slots, which _release needs"
+    assert g.kept_from == 4
+    with pytest.raises(NotFound):
+        g.neighbors(0, "out", 3)
+    for e in range(5, 9):
+        g.apply(e, as_changes(epochs[e - 1][0]))
+        assert len(g.undo_record(e)["slots"]) == len(epochs[e - 1][0]), "later epochs keep their records whole"
+    for e in range(g.kept_from, 9):
+        for v in range(30):
+            for direction in ("out", "in"):
+                assert got(g, v, direction, e) == expected(epochs[e - 1][1], v, direction), (e, v, direction)
+    assert g.held == sum(1 for k, (m, w) in epochs[7][1].items() if m or w or any(
+        k in epochs[i][0] for i in range(5, 8))), "the empty edge's slot was freed with epoch 4's record"
 
 
 def churning_epochs(n_epochs: int, seed: int, vertices: int = 30, types: int = 2, life: int = 3):
