@@ -155,7 +155,9 @@ class KeyIndex:
                 r.vals[pos] = vals[at]
         new_keys, new_vals = keys[rest], _take(vals, rest)
         if len(new_keys):
-            order = np.argsort(new_keys, kind="stable")
+            # Not a stable sort: the keys are distinct, so there are no ties to keep in order, and on 20 M
+            # random keys (the adjacency of a restart's whole epoch) it took 3.8 s against 1.35.
+            order = np.argsort(new_keys)
             self._append(new_keys[order], _take(new_vals, order))
             self._settle()
 
