@@ -165,21 +165,21 @@ def whole_index(names: list[str]) -> dict[str, int]:
 def scan_id(names: list[str], name: str) -> int | None:
     """The id :func:`whole_index` would give ``name``, by a pass over the list (``list.index``: milliseconds
     at millions of names)."""
+    if not name:  # names no vertex (the ids given back hold it)
+        return None
     at = None
     try:
         while True:
             at = names.index(name, 0 if at is None else at + 1)
     except ValueError:
-        return at if name else None
+        return at
 
 
 def scan_index(names: list[str], prefix: str) -> dict[str, int]:
     """The entries :func:`whole_index` would hold for the names starting with ``prefix``, by one pass over the
     list: what a lookup is answered with while that index is being built (tens of milliseconds at millions of
-    names, against a dictionary read)."""
-    if not prefix:
-        return whole_index(names)
-    return {n: i for i, n in enumerate(names) if n.startswith(prefix)}
+    names, against a dictionary read). The route asks for a prefix of one character at least."""
+    return {n: i for i, n in enumerate(names) if n and n.startswith(prefix)}
 
 
 def apply_names(names: list[str], changes: NameChanges) -> list[str]:

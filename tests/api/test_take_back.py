@@ -125,7 +125,7 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     assert [store.vertex_id(n) for n in ("v0", "w4", "v5", "v10")] == [0, 4, 5, 7] and store.id_of("") is None
     with pytest.raises(NotFound):
         store.vertex_id("v4")
-    during = [store.search(p, 10, 8) for p in ("v", "v1", "w", "x", "")]
+    during = [store.search(p, 10, 8) for p in ("v", "v1", "w", "x")]
     assert during[0] == ["v0", "v1", "v10", "v2", "v3", "v5"] and during[1] == ["v1", "v10"]
 
     feed = threading.Thread(target=store.add, args=([result(3, full=True)], NameChanges(8, ["v11"])),
@@ -136,7 +136,7 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     built.set()
     feed.join(10)
     assert not feed.is_alive() and store.index == {**whole_index(names), "v11": 8}
-    assert [store.search(p, 10, 8) for p in ("v", "v1", "w", "x", "")] == during, "the same answers from the index"
+    assert [store.search(p, 10, 8) for p in ("v", "v1", "w", "x")] == during, "the same answers from the index"
 
 
 def test_epochs_the_pipeline_publishes_again_are_dropped_and_come_back_from_it(tmp_path):
