@@ -7,13 +7,21 @@ seconds, SIGKILLs every process of it (the driver, Ray's daemons, the actors: a 
 checkpoint), starts it again on the same data folder and polls ``/v1/epochs`` every 20 ms from the
 moment the process is started. Prints, from the process start: when the API first answered,
 when it first answered with the retained epochs (and that they are the ones served before the
-crash, fact for fact), and when the first epoch newer than those was served.
+crash, fact for fact), when the first epoch newer than those was served, and the API process's peak
+resident memory by then (it takes that epoch in whole: a restored compute stage publishes the whole graph).
+
+``--from DIR`` restarts on a copy of a stopped service's data folder instead (an operator's, grown for
+longer than a bench run can wait), with no run and no crash before: run it once with ``--code`` and
+once without, each on its own copy, for a side-by-side figure on the same graph.
+
+    .venv/bin/python -m bench.restart --from /srv/pulsegraph/data [--code WORKTREE]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +45,7 @@ class Restart:
     first_archived: list[dict]  # that answer's items
     first_health: dict  # /health right after it
     new_epoch_s: float  # an epoch newer than every one served before the crash
+    api_peak_rss: int  # bytes: the service process's (the API's) peak resident set by then
 
 
 def free_port() -> int:
@@ -79,6 +88,14 @@ class Service:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError("the service exited:\n" + self.log_path.read_bytes()[-3000:].decode(errors="replace"))
 
+    def peak_rss(self) -> int:
+        """The service process's peak resident set (Linux's VmHWM), in bytes; 0 where it cannot be read."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+        except OSError:
+            return 0
+
     def kill(self) -> None:
         """SIGKILL to every process of the service's session, as a crash of the machine's service would."""
         subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
@@ -113,31 +130,47 @@ def measure(
         # The newest ones, as the API had them just before the crash (the archive writes each as it comes).
         before = svc.epochs() or before
         svc.kill()
-        t0 = svc.start()
-        first = archived = new = None
-        first_items: list[dict] = []
-        health: dict = {}
-        newest = before[0]["epoch"]
-        while time.monotonic() - t0 < timeout and new is None:
-            svc.alive()
-            r = svc.get("/v1/epochs", limit=1000)
-            now = time.monotonic() - t0
-            if r is not None and first is None:
-                first = now
-            items = r.json()["items"] if r is not None and r.status_code == 200 else []
-            if items and archived is None:
-                archived, first_items = now, items
-                # Newer than every epoch taken back: one archived between the last read and the kill is not new.
-                newest = max(newest, items[0]["epoch"])
-                health = (svc.get("/health") or httpx.Response(503, json={})).json()
-            if items and items[0]["epoch"] > newest:
-                new = now
-            time.sleep(POLL_S)
-        if first is None or archived is None or new is None:
-            raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")
-        return Restart(before, first, archived, first_items, health, new)
+        return restarted(svc, before, timeout)
     finally:
         svc.stop()
+
+
+def measure_from(folder: Path, work: Path, args: list[str], timeout: float = 600.0, code: Path | None = None) -> Restart:
+    """Start the service on a copy of ``folder`` (a stopped service's data folder) and time it as a restart."""
+    shutil.copytree(folder, work / "data", symlinks=True)
+    (work / "data" / "LOCK").unlink(missing_ok=True)  # the copy's own lock is taken anew
+    svc = Service(work / "data", work / "service.log", args, code)
+    try:
+        return restarted(svc, [], timeout)
+    finally:
+        svc.stop()
+
+
+def restarted(svc: Service, before: list[dict], timeout: float) -> Restart:
+    """Start ``svc`` on its data folder and poll it until it serves an epoch newer than all it took back."""
+    t0 = svc.start()
+    first = archived = new = None
+    first_items: list[dict] = []
+    health: dict = {}
+    newest = before[0]["epoch"] if before else 0
+    while time.monotonic() - t0 < timeout and new is None:
+        svc.alive()
+        r = svc.get("/v1/epochs", limit=1000)
+        now = time.monotonic() - t0
+        if r is not None and first is None:
+            first = now
+        items = r.json()["items"] if r is not None and r.status_code == 200 else []
+        if items and archived is None:
+            archived, first_items = now, items
+            # Newer than every epoch taken back: one archived between the last read and the kill is not new.
+            newest = max(newest, items[0]["epoch"])
+            health = (svc.get("/health") or httpx.Response(503, json={})).json()
+        if items and items[0]["epoch"] > newest:
+            new = now
+        time.sleep(POLL_S)
+    if first is None or archived is None or new is None:
+        raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")
+    return Restart(before, first, archived, first_items, health, new, svc.peak_rss())
 
 
 def main() -> int:
@@ -148,10 +181,22 @@ def main() -> int:
     ap.add_argument("--run", type=float, default=120.0, help="seconds the service runs before the crash")
     ap.add_argument("--code", type=Path, help="run the service from this checkout (e.g. a worktree of the commit to compare with)")
     ap.add_argument("--log-level", default="WARNING", help="the service's (its log is service.log in the folder printed)")
+    ap.add_argument("--from", dest="folder", type=Path, help="restart on a copy of this stopped service's data folder, "
+                    "with no run and no crash before")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
     print(f"work folder: {work}", file=sys.stderr)
-    got = measure(work, ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level], args.run, code=args.code)
+    service_args = ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level]
+    if args.folder is not None:
+        got = measure_from(args.folder, work, service_args, code=args.code)
+        newest = got.first_archived[0]
+        print(f"machine: {machine()}")
+        print(f"a copy of {args.folder}: {len(got.first_archived)} retained epochs, newest {newest['epoch']} "
+              f"({newest['vertices']:,} vertices, {newest['edges']:,} edges)")
+        print(f"from the process start: API answering {got.first_answer_s:.2f} s; retained epochs answered "
+              f"{got.archived_s:.2f} s; first new epoch {got.new_epoch_s:.2f} s; API peak {got.api_peak_rss / 2**30:.2f} GiB")
+        return 0
+    got = measure(work, service_args, args.run, code=args.code)
     before = {e["epoch"]: e for e in got.before}
     # (An epoch archived between the last read and the kill is newer than all before: not compared.)
     same = all(before[e["epoch"]] == e for e in got.first_archived if e["epoch"] in before)
@@ -160,7 +205,8 @@ def main() -> int:
           f"({got.before[0]['vertices']:,} vertices, {got.before[0]['edges']:,} edges)")
     print(f"after the restart, from the process start: API answering {got.first_answer_s:.2f} s; "
           f"{len(got.first_archived)} retained epochs answered {got.archived_s:.2f} s "
-          f"({'each as before the crash' if same else 'NOT as before the crash'}); first new epoch {got.new_epoch_s:.2f} s")
+          f"({'each as before the crash' if same else 'NOT as before the crash'}); first new epoch {got.new_epoch_s:.2f} s; "
+          f"API peak {got.api_peak_rss / 2**30:.2f} GiB")
     return 0 if same else 1
 
 
