@@ -38,7 +38,7 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
-from pulsegraph.api.names import NamesUpdate, SortedNames, names_update, scan_id, scan_index, whole_index
+from pulsegraph.api.names import NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, whole_index
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
@@ -186,7 +186,9 @@ class ResultStore:
         update = None
         if names is not None and (names.start == 0 or names.names or len(names.ids)):
             self._await_index()  # the changes patch the index
-            update = names_update(self.names, self.index, self._sorted_names, names)
+            # A whole list mostly as the store has it (a restart's first pull) costs what differs; the journal
+            # below still takes it whole (it may hold records past the names taken back).
+            update = names_update(self.names, self.index, self._sorted_names, as_patch(self.names, names))
         undo = self._keep_changes(views)
         if self.archive is not None and notify:
             self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo,

@@ -117,6 +117,39 @@ def test_names_patched_in_place_match_the_names_written_one_by_one(seed, rebuild
         assert listed(store) == sorted(index)[:100], e
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_whole_list_over_names_the_store_has_is_taken_as_what_differs(seed, monkeypatch):
+    # A restart's first pull: every id named again, nearly all as the store had them (ids given back and
+    # taken, names moved, new ids past the end); the same names, index and search as a fresh whole list.
+    rng = np.random.default_rng(seed)
+    old = [f"v{k}" if rng.random() < 0.9 else "" for k in range(200)]
+    new = list(old) + [f"w{k}" for k in range(int(rng.integers(0, 20)))]
+    for i in rng.integers(0, len(old), 15).tolist():
+        new[i] = "" if rng.random() < 0.3 else f"m{i}"
+    a, b = rng.integers(0, len(old), 2).tolist()
+    new[a], new[b] = new[b], new[a]  # a name moved to another id
+    patched = ResultStore(retain=4)
+    patched.add([epoch(1, len(old), [True] * len(old))], NameChanges(0, old))
+    spy = counting(pulsegraph.api.store.names_update)
+    monkeypatch.setattr(pulsegraph.api.store, "names_update", spy)
+    patched.add([epoch(2, len(new), [True] * len(new))], NameChanges(0, new))
+    assert spy.given[-1].start == len(old), "taken as a patch"
+    fresh = ResultStore(retain=4)
+    fresh.add([epoch(2, len(new), [True] * len(new))], NameChanges(0, new))
+    assert patched.names == fresh.names == new and patched.index == fresh.index
+    for prefix in ("v", "v1", "m", "w", "z"):
+        assert patched.search(prefix, 500, len(new)) == fresh.search(prefix, 500, len(new)), prefix
+
+
+def counting(fn):
+    """``fn`` that keeps the last argument of each call in ``.given``."""
+    def spy(*args):
+        spy.given.append(args[-1])
+        return fn(*args)
+    spy.given = []  # type: ignore[attr-defined]
+    return spy
+
+
 def test_names_that_would_skip_ids_are_refused_and_change_nothing():
     store = named_store()
     with pytest.raises(ValueError):
