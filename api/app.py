@@ -145,6 +145,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
+        store.index_names()  # the names a restart took back: indexed now that the API serves
         yield
         store.unsubscribe(on_epoch)
 

@@ -176,6 +176,16 @@ def whole_index(names: list[str]) -> dict[str, int]:
     return index
 
 
+def sorted_in_slices(names: list[str]) -> list[str]:
+    """``sorted(names)``, a slice at a time and then in merges of two sorted runs (which timsort does in
+    linear time), so that the thread sorting hands the interpreter over between them: one sort of 2.5 M
+    names holds it for half a second, the largest merge here for a fifth of that."""
+    runs = [sorted(names[at : at + INDEX_SLICE]) for at in range(0, len(names), INDEX_SLICE)]
+    while len(runs) > 1:
+        runs = [sorted(runs[k] + runs[k + 1]) if k + 1 < len(runs) else runs[k] for k in range(0, len(runs), 2)]
+    return runs[0] if runs else []
+
+
 def scan_id(names: list[str], name: str) -> int | None:
     """The id :func:`whole_index` would give ``name``, by a pass over the list (``list.index``: milliseconds
     at millions of names)."""

@@ -38,7 +38,9 @@ from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
-from pulsegraph.api.names import NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, whole_index
+from pulsegraph.api.names import (
+    NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, sorted_in_slices, whole_index,
+)
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
@@ -259,16 +261,24 @@ class ResultStore:
         if names.start == 0:
             # Their ids are named at once; the index by name (and the sorted names a search bisects), most
             # of a second per million names, is built on a thread of its own, so serving starts without it.
+            # The thread starts once the API serves (index_names), not to take the interpreter from its start.
             whole = list(names.names)
             with self._lock:
                 self.names, self.index, self._unindexed = whole, {}, whole
             self._indexing = threading.Thread(target=self._build_index, args=(whole,), name="names-index", daemon=True)
-            self._indexing.start()
         self.add(results, None if names.start == 0 else names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
+
+    def index_names(self) -> None:
+        """Start indexing the names taken back (:meth:`take_back`), if that is still to do: the API calls it
+        once it serves; the feed's first names wait for it (:meth:`_await_index`)."""
+        with self._lock:  # the event loop and the feed thread may both ask
+            t = self._indexing
+            if t is not None and t.ident is None:
+                t.start()
 
     def _build_index(self, names: list[str]) -> None:
         index = whole_index(names)
-        sorted_names = SortedNames(sorted(index))
+        sorted_names = SortedNames(sorted_in_slices(list(index)))
         with self._lock:
             self.index, self._sorted_names = index, sorted_names
             self._unindexed = None
@@ -276,6 +286,7 @@ class ResultStore:
     def _await_index(self) -> None:
         """Wait for the index of the names taken back (only the feed thread changes names, and it calls this first)."""
         if self._indexing is not None:
+            self.index_names()
             self._indexing.join()
             self._indexing = None
 

@@ -14,7 +14,9 @@ import pytest
 
 from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
-from pulsegraph.api.names import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names, whole_index
+from pulsegraph.api.names import (
+    INDEX_SLICE, JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names, sorted_in_slices, whole_index,
+)
 from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.ids import NameChanges
 from tests.api.test_archive import NAMES, result
@@ -113,7 +115,10 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
 
     built = threading.Event()
 
+    began = threading.Event()
+
     def slow_index(names):  # the index of a few million names takes most of a second
+        began.set()
         assert built.wait(10)
         return whole_index(names)
 
@@ -121,6 +126,9 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     names = NAMES[:4] + ["w4", "v5", "", "v10"]
     served(tmp_path, [1, 2], [NameChanges(0, names), None])
     archive, store = restarted(tmp_path)
+    assert not began.wait(0.2), "not begun before the API serves: it would take the interpreter from the start"
+    store.index_names()
+    assert began.wait(10)
     assert store.index == {}, "not built yet: what follows is answered by a pass over the names"
     assert [store.vertex_id(n) for n in ("v0", "w4", "v5", "v10")] == [0, 4, 5, 7] and store.id_of("") is None
     with pytest.raises(NotFound):
@@ -137,6 +145,13 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     feed.join(10)
     assert not feed.is_alive() and store.index == {**whole_index(names), "v11": 8}
     assert [store.search(p, 10, 8) for p in ("v", "v1", "w", "x")] == during, "the same answers from the index"
+
+
+@pytest.mark.parametrize("count", [0, 1, INDEX_SLICE - 1, INDEX_SLICE, 3 * INDEX_SLICE + 7])
+def test_names_sorted_in_slices_are_sorted(count):
+    rng = np.random.default_rng(count)
+    names = [f"v{k}" for k in rng.integers(0, 10 * count + 1, count).tolist()]
+    assert sorted_in_slices(names) == sorted(names)
 
 
 def test_epochs_the_pipeline_publishes_again_are_dropped_and_come_back_from_it(tmp_path):
