@@ -113,9 +113,7 @@ def test_a_restart_serves_the_archived_epochs_with_their_names_before_the_pipeli
 def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_waits_for_it(tmp_path, monkeypatch):
     import pulsegraph.api.store as store_module
 
-    built = threading.Event()
-
-    began = threading.Event()
+    began, built = threading.Event(), threading.Event()
 
     def slow_index(names):  # the index of a few million names takes most of a second
         began.set()
