@@ -277,11 +277,20 @@ class GraphHistory:
 
     def require(self, epoch: int) -> None:
         """Raise :class:`~pulsegraph.api.exceptions.NotFound` for an epoch older than this view keeps (one served
-        from the result archive after a restart), rather than answer with a later graph."""
+        from the result archive after a restart), and for any before the view has taken an epoch in, rather
+        than answer with a later graph or an empty one."""
         with self._lock.read():
             self._require(epoch)
 
     def _require(self, epoch: int) -> None:
+        if self.epoch == 0:
+            # Nothing applied yet: after a restart the epochs taken back are served before the pipeline's first
+            # epoch brings the graph, and an empty view would answer them with no edges at all.
+            raise NotFound(
+                f"the graph as of epoch {epoch} is not kept (none is yet: it comes with the pipeline's first epoch); "
+                "epochs from before a restart keep their scores, not their edges",
+                code="graph_not_retained",
+            )
         if epoch < self._kept_from():
             raise NotFound(
                 f"the graph as of epoch {epoch} is not kept (kept: {self._kept_from()}..{self.epoch}); "

@@ -12,6 +12,9 @@ import threading
 import numpy as np
 import pytest
 
+from fastapi.testclient import TestClient
+
+from pulsegraph.api.app import create_app
 from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.names import (
@@ -150,6 +153,21 @@ def test_names_sorted_in_slices_are_sorted(count):
     rng = np.random.default_rng(count)
     names = [f"v{k}" for k in rng.integers(0, 10 * count + 1, count).tolist()]
     assert sorted_in_slices(names) == sorted(names)
+
+
+def test_the_graph_of_epochs_taken_back_is_not_kept_and_says_so_until_the_pipeline_brings_it(tmp_path):
+    served(tmp_path, [1, 2, 3], [NameChanges(0, NAMES), None, None])
+    archive, store = restarted(tmp_path)
+    # v3 has an edge to v4 in epoch 3: an empty answer would be a wrong one.
+    with TestClient(create_app(store)) as client:
+        for path in ("/v1/vertices/v3/neighbors", "/v1/vertices/v3/neighbors?epoch=2"):
+            r = client.get(path)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "graph_not_retained", (path, r.text)
+        first = result(4, full=True)
+        store.add([first], None, settle=archive.confirm(first))
+        got = client.get("/v1/vertices/v4/neighbors").json()
+        assert [n["vertex"] for n in got["items"]] == ["v5"], "the pipeline's first epoch brings the graph"
+        assert client.get("/v1/vertices/v3/neighbors?epoch=3").json()["error"]["code"] == "graph_not_retained"
 
 
 def test_epochs_the_pipeline_publishes_again_are_dropped_and_come_back_from_it(tmp_path):
