@@ -2,9 +2,11 @@
 readers and serializers call, served by a small HTTP server on 127.0.0.1.
 
 It serves the documented endpoints (GET /schemas/ids/{id}, GET /subjects/{subject}/versions/{version},
-and the POSTs that register and look up a schema) behind basic auth. No real registry runs here:
-Apicurio Registry's artifacts on Maven Central are its un-augmented Quarkus jars, with no runnable
-distribution, and Confluent's is not on Maven Central.
+and the POSTs that register and look up a schema) behind basic auth. No real registry can be installed
+here (tried 2026-12-06): Apicurio Registry is on Maven Central only as its un-augmented Quarkus app jar,
+and its dependencies do not resolve there (3.3.3 names schema-util-provider, config-index and
+contracts-rules 3.3.3, not served; 3.0.9's parent POM and 2.6.13.Final's schema-util-provider are not
+served either); Confluent's registry is not on Maven Central, and Karapace is not on PyPI.
 """
 
 from __future__ import annotations
