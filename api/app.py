@@ -145,7 +145,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
-        store.index_names()  # the names a restart took back: indexed now that the API serves
+        store.serving()  # what a restart deferred (the names index, the graph view read back) starts now
         yield
         store.unsubscribe(on_epoch)
 

@@ -23,8 +23,10 @@ process's own memory). Layout::
 
 So after a restart the archived epochs answer everything that reads scores and
 epoch facts (epochs, top, a vertex's scores and history, movers, trends,
-topics), while neighbors, paths and components per vertex are answered from the
-epoch the pipeline restored onwards (older ones get a 404 that says so).
+topics); neighbors, paths and components per vertex need the graph view as well,
+which a clean stop keeps beside the archive (:mod:`pulsegraph.api.viewfile`);
+after a crash they are answered from the epoch the pipeline restored onwards
+(older ones get a 404 that says so).
 
 The vertex names those answers need are the compute stage's, which a restart
 gives the API only with the pipeline's first epoch; so the archive keeps them too,
@@ -68,6 +70,8 @@ from pulsegraph.compute.results import EpochResult
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^epoch-(\d{12})\.res$")
+# The graph view a clean stop keeps for the next start (pulsegraph.api.viewfile); it goes with the history it views.
+VIEW_FILE = "view.res"
 MAGIC = b"PGRES2\n"
 _ALIGN = 64
 
@@ -421,6 +425,7 @@ class ResultArchive:
                         len(epochs), why, first_live)
         for e in epochs:
             self._path(e).unlink(missing_ok=True)
+        (self.root / VIEW_FILE).unlink(missing_ok=True)
         self.names.clear()
         self.latest = 0
         self._unsaved.clear()

@@ -72,6 +72,11 @@ class ResultFeed:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    @property
+    def running(self) -> bool:
+        """Its thread is still alive (a stop that outwaited an epoch being applied)."""
+        return self._thread.is_alive()
+
     def poll(self) -> list[EpochView]:
         whole, self._store.resend_whole = self._store.resend_whole, False
         # Epochs taken back at the start are not the compute stage's: until its first epoch, ask for all it has.

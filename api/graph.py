@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,8 @@ log = logging.getLogger(__name__)
 
 # A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge.
 Edges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# The per-slot columns (GraphHistory.state).
+_COLUMNS = ("src", "dst", "etype", "mult", "weight", "changed")
 
 
 class GraphCapacityError(PulsegraphError):
@@ -108,6 +111,11 @@ class GraphHistory:
 
     def __init__(self, retain: int = 120) -> None:
         self.retain = retain
+        self._lock = ReadWriteLock()  # written by the feed thread only; read from the loop and worker threads
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """An empty view: no edge, no epoch applied."""
         self.src = Column(np.int32)
         self.dst = Column(np.int32)
         self.etype = Column(np.int16)
@@ -123,7 +131,6 @@ class GraphHistory:
         # Epochs whose changes were never seen (the feed fell behind the compute actor's buffer of
         # results): edges changed only in those epochs are missing from this view until they change again.
         self.missed_epochs = 0
-        self._lock = ReadWriteLock()  # written by the feed thread only; read from the loop and worker threads
 
     @property
     def slots(self) -> int:
@@ -186,6 +193,15 @@ class GraphHistory:
             slots = np.concatenate([slots, gone])
             mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
             weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
+            if self.epoch:
+                # Over a view that holds a graph (a relaunch, or a restart that took the view back), most of a whole
+                # epoch's edges are as they were: only those that differ change, and only they get an undo entry
+                # (20 bytes each: the whole graph's otherwise) and this epoch as their last change.
+                old = slots < base
+                differs = ~old
+                differs[old] = (self.mult.view[slots[old]] != mult[old]) | (self.weight.view[slots[old]] != weight[old])
+                differs[: len(fresh)] |= fresh  # a new edge in a freed slot is written whatever it holds
+                slots, mult, weight = slots[differs], mult[differs], weight[differs]
         if self.epoch == 0:
             # The first epoch applied: no graph before it is ever rebuilt (_kept_from), so its undo record
             # keeps only the slots it leaves empty, which _release frees once it leaves the retention (there
@@ -216,6 +232,83 @@ class GraphHistory:
             if self.epoch == 0:
                 self._first = epoch
             self.epoch = epoch
+
+    def state(self) -> dict:
+        """The view as of its newest epoch, as plain arrays, for :meth:`load_state` after a restart; of each retained
+        undo record only where it lies (its epoch, the first epoch it covers, its length): the record itself is
+        in the epoch's result archive file. Called when no epoch is being applied (the feed has stopped)."""
+        with self._lock.read():
+            return {
+                "epoch": self.epoch, "first": self._first, "missed": self.missed_epochs, "free": self._free,
+                "columns": {name: getattr(self, name).view for name in _COLUMNS},
+                "keys": self._keys.state(), "by_dst": self._by_dst.state(),
+                "undo": [[u.epoch, u.since, len(u.slots)] for u in self._undo],
+            }
+
+    def load_state(self, state: dict, undo_of: Callable[[int], dict | None]) -> bool:
+        """Take back the view :meth:`state` gave (its arrays copied), its undo records read through ``undo_of(epoch)``
+        (the arrays the result archive keeps with the epoch, memory-mapped). False, and nothing changed, when a
+        record is missing or is not the one the view had."""
+        undo: collections.deque[_Undo] = collections.deque()
+        for epoch, since, n in state["undo"]:
+            got = undo_of(epoch) or {}
+            s, m, w = (got.get(k) for k in ("slots", "mult", "weight"))
+            if s is None or m is None or w is None or not len(s) == len(m) == len(w) == n:
+                return False
+            undo.append(_Undo(epoch, np.asanyarray(s), np.asanyarray(m), np.asanyarray(w), since))
+        columns = {name: Column.from_array(a, np.int64 if name == "mult" else None) for name, a in state["columns"].items()}
+        keys, by_dst = KeyIndex.from_state(state["keys"]), KeyIndex.from_state(state["by_dst"])
+        with self._lock.write():
+            for name, col in columns.items():
+                setattr(self, name, col)
+            self._keys, self._by_dst, self._undo = keys, by_dst, undo
+            self._free = np.array(state["free"], np.int64)
+            self.epoch, self._first, self.missed_epochs = int(state["epoch"]), int(state["first"]), int(state["missed"])
+        return True
+
+    def roll_back(self, below: int) -> bool:
+        """Undo the epochs from ``below`` on (a restart's pipeline cuts them again from its checkpoint, and publishes
+        them anew): the view is then that of the newest epoch before them, and the retained ones older still. False,
+        and nothing changed, when it cannot go back that far (its first applied epoch is among them)."""
+        with self._lock.write():
+            if self.epoch < below:
+                return True
+            if self._first >= below:
+                return False
+            touched = []
+            while self._undo and self._undo[-1].epoch >= below:
+                u = self._undo.pop()
+                self.mult.put(u.slots, u.mult)
+                self.weight.view[u.slots] = u.weight
+                touched.append(np.asarray(u.slots))
+                self.epoch = u.since - 1
+            self._relink(np.unique(np.concatenate(touched)))
+        return True
+
+    def _relink(self, slots: np.ndarray) -> None:
+        """After :meth:`roll_back`: each of ``slots`` gets the last epoch a retained undo record says changed it; one
+        that none does and that holds nothing is seen live by no retained epoch, and is freed. Caller holds the lock."""
+        last = np.zeros(len(slots), np.int32)
+        found = np.zeros(len(slots), bool)
+        for u in reversed(self._undo):
+            if found.all():
+                break
+            if len(u.slots):
+                i = np.minimum(np.searchsorted(u.slots, slots), len(u.slots) - 1)
+                hit = (u.slots[i] == slots) & ~found
+                last[hit], found[hit] = u.epoch, True
+        self.changed.view[slots] = last
+        gone = slots[~found & (self.mult.view[slots] == 0) & (self.weight.view[slots] == 0)]
+        if len(gone):
+            dst = self.dst.view[gone]
+            self._keys.discard(pack(self.src.view[gone], dst, self.etype.view[gone]))
+            self._by_dst.discard(_adjacent(dst, gone))
+            self._free = np.union1d(self._free, gone)
+
+    def clear(self) -> None:
+        """Forget everything: the view taken back at a start was not the history the pipeline recovered."""
+        with self._lock.write():
+            self._fresh()
 
     def forget_before(self, epoch: int) -> None:
         """Drop the undo records that only serve epochs before ``epoch`` (the record of epoch ``u`` gives
@@ -288,13 +381,13 @@ class GraphHistory:
             # epoch brings the graph, and an empty view would answer them with no edges at all.
             raise NotFound(
                 f"the graph as of epoch {epoch} is not kept (none is yet: it comes with the pipeline's first epoch); "
-                "epochs from before a restart keep their scores, not their edges",
+                "epochs from before a crash keep their scores, not their edges",
                 code="graph_not_retained",
             )
         if epoch < self._kept_from():
             raise NotFound(
                 f"the graph as of epoch {epoch} is not kept (kept: {self._kept_from()}..{self.epoch}); "
-                "epochs from before a restart keep their scores, not their edges",
+                "epochs from before a crash keep their scores, not their edges",
                 code="graph_not_retained",
             )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +37,11 @@ class ArrayHistory:
     def __init__(self, retain: int, fill: int) -> None:
         self.retain = retain
         self.fill = fill  # the value of entries of vertices that did not exist yet
+        self._lock = threading.Lock()
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Nothing pushed yet."""
         self.epoch = 0
         self._first = 0  # the first epoch pushed: nothing before it is known
         # The newest array: the first columns of ``_buf``, whose columns past them hold ``fill`` (a patch
@@ -51,7 +57,6 @@ class ArrayHistory:
         # The epoch of the last undo record dropped: the records still retained go back to it, not to the
         # oldest one's epoch - 1 (a ranked epoch that merged sealed ones goes back past them). 0: none yet.
         self._floor = 0
-        self._lock = threading.Lock()
 
     def push(self, epoch: int, array: np.ndarray | Patch) -> bool:
         """Keep ``array`` as of ``epoch``: the whole array, or a :class:`~pulsegraph.compute.apps.base.Patch` of the
@@ -154,6 +159,61 @@ class ArrayHistory:
             if len(keys):
                 self._undo[epoch] = (np.asanyarray(keys), np.asanyarray(old), u[2])
             return True
+
+    def state(self) -> dict:
+        """The newest array and where each retained undo record is (its epoch: the record is in the epoch's result
+        archive file), for :meth:`load_state` after a restart."""
+        with self._lock:
+            return {"epoch": self.epoch, "first": self._first, "floor": self._floor, "gap": self._gap,
+                    "current": self._current, "undo": [[e, isinstance(u, np.ndarray)] for e, u in self._undo.items()]}
+
+    def load_state(self, state: dict, undo_of: Callable[[int], dict | None]) -> bool:
+        """Take back what :meth:`state` gave, the undo records read through ``undo_of(epoch)`` (the arrays the
+        archive keeps with the epoch, as :meth:`undo_record` gave them). False, and nothing changed, when one is
+        missing."""
+        undo: collections.OrderedDict[int, tuple | np.ndarray] = collections.OrderedDict()
+        for epoch, whole in state["undo"]:
+            got = undo_of(epoch) or {}
+            if whole and got.get("whole") is not None:
+                undo[epoch] = np.asanyarray(got["whole"])
+            elif not whole and all(got.get(k) is not None for k in ("keys", "old", "width")):
+                undo[epoch] = (np.asanyarray(got["keys"]), np.asanyarray(got["old"]), int(got["width"][0]))
+            else:
+                return False
+        current = None if state["current"] is None else np.array(state["current"])
+        with self._lock:
+            self._current = self._buf = current
+            self._undo, self._gap = undo, state["gap"]
+            self.epoch, self._first, self._floor = int(state["epoch"]), int(state["first"]), int(state["floor"])
+        return True
+
+    def roll_back(self, below: int) -> bool:
+        """Undo the epochs from ``below`` on (see :meth:`pulsegraph.api.graph.GraphHistory.roll_back`). False, and
+        nothing changed, when the history cannot go back that far."""
+        with self._lock:
+            if self._current is None or self.epoch < below:
+                return True
+            if self._first >= below:
+                return False
+            cur = np.array(self._current)  # a copy: a reader may hold the array
+            while self._undo and next(reversed(self._undo)) >= below:
+                _, u = self._undo.popitem()
+                if isinstance(u, np.ndarray):
+                    cur = np.array(u)
+                    continue
+                keys, old, width = u
+                cur[keys >> _COL_BITS, keys & _COL_MASK] = old
+                cur = cur[:, :width]
+            self._current = self._buf = np.ascontiguousarray(cur)
+            self.epoch = next(reversed(self._undo)) if self._undo else self._first
+            if self._gap is not None and self._gap >= below:
+                self._gap = None
+        return True
+
+    def clear(self) -> None:
+        """Forget everything (see :meth:`pulsegraph.api.graph.GraphHistory.clear`)."""
+        with self._lock:
+            self._fresh()
 
     def covers(self, epoch: int) -> bool:
         """Whether the arrays as of ``epoch`` can be given: from the first epoch pushed, or the one the

@@ -206,6 +206,19 @@ def scan_index(names: list[str], prefix: str) -> dict[str, int]:
     return {n: i for i, n in enumerate(names) if n and n.startswith(prefix)}
 
 
+def search_names(index: dict[str, int], names: SortedNames, prefix: str, limit: int, vertices: int, scan: int,
+                 present: np.ndarray | None) -> list[str]:
+    """The search of :meth:`pulsegraph.api.store.ResultStore.search` over ``index`` and its sorted ``names``."""
+    out: list[str] = []
+    for name in itertools.islice(names.starting(prefix), scan):
+        if len(out) >= limit or not name.startswith(prefix):
+            break
+        i_name = index.get(name, vertices)
+        if i_name < vertices and (present is None or bool(present[i_name])):
+            out.append(name)
+    return out
+
+
 def apply_names(names: list[str], changes: NameChanges) -> list[str]:
     """``names`` (by id) after ``changes``, in place when it can be: renames first, then the names from
     ``start`` on (:class:`~pulsegraph.compute.ids.NameChanges`); ``start == 0`` gives the whole list. The

@@ -24,11 +24,10 @@ The algorithms are whatever score arrays the epochs carry; nothing here names on
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import orjson
@@ -39,12 +38,15 @@ from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
 from pulsegraph.api.names import (
-    NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, sorted_in_slices, whole_index,
+    NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, search_names, sorted_in_slices, whole_index,
 )
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.results import EpochResult
+
+if TYPE_CHECKING:
+    from pulsegraph.api.viewfile import ViewReader
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,8 @@ class ResultStore:
         self.hubs = HubEdges()
         # Serving epochs taken back at a start, until the pipeline's first epoch settles them (take_back, add).
         self.provisional = False
+        # Reads back the graph view a clean stop kept (pulsegraph.api.viewfile), set by the wiring after take_back.
+        self.view_reader: ViewReader | None = None
 
     def subscribe(self, listener: Callable[[EpochView], None]) -> None:
         """Call ``listener(view)`` from the feed thread for each epoch added from now on; it must not block."""
@@ -191,6 +195,7 @@ class ResultStore:
             # A whole list mostly as the store has it (a restart's first pull) costs what differs; the journal
             # below still takes it whole (it may hold records past the names taken back).
             update = names_update(self.names, self.index, self._sorted_names, as_patch(self.names, names))
+        self._take_view(settle)
         undo = self._keep_changes(views)
         if self.archive is not None and notify:
             self.archive.save([v.result for v in views], {v.result.epoch: v.ranks for v in views}, undo,
@@ -235,7 +240,7 @@ class ResultStore:
             # The histories keep no undo record that only serves epochs no longer retained (with reused
             # ids the store keeps fewer than ``retain``; the graph view's dead edges go with them).
             self.graph.forget_before(oldest)
-            for history in self._histories().values():
+            for history in self.histories().values():
                 history.forget_before(oldest)
         if self.archive is not None and update is not None and names is not None and not self.provisional:
             # After the swap: a journal rewritten whole writes the list as it is now (this is the only writer).
@@ -261,20 +266,29 @@ class ResultStore:
         if names.start == 0:
             # Their ids are named at once; the index by name (and the sorted names a search bisects), most
             # of a second per million names, is built on a thread of its own, so serving starts without it.
-            # The thread starts once the API serves (index_names), not to take the interpreter from its start.
+            # The thread starts once the API serves (serving), not to take the interpreter from its start.
             whole = list(names.names)
             with self._lock:
                 self.names, self.index, self._unindexed = whole, {}, whole
             self._indexing = threading.Thread(target=self._build_index, args=(whole,), name="names-index", daemon=True)
         self.add(results, None if names.start == 0 else names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
 
-    def index_names(self) -> None:
-        """Start indexing the names taken back (:meth:`take_back`), if that is still to do: the API calls it
-        once it serves; the feed's first names wait for it (:meth:`_await_index`)."""
+    def _take_view(self, settle: int | None) -> None:
+        """Before an epoch is applied: the graph view read back at the start is kept, rolled back or dropped."""
+        reader, self.view_reader = self.view_reader, None
+        if reader is not None:
+            reader.settle(settle)
+
+    def serving(self) -> None:
+        """The API serves: start what a restart deferred until then, the index of the names taken back
+        (:meth:`take_back`; the feed's first names wait for it, :meth:`_await_index`) and the read of the graph
+        view kept at the last stop (:attr:`view_reader`)."""
         with self._lock:  # the event loop and the feed thread may both ask
             t = self._indexing
             if t is not None and t.ident is None:
                 t.start()
+            if self.view_reader is not None:
+                self.view_reader.start()
 
     def _build_index(self, names: list[str]) -> None:
         index = whole_index(names)
@@ -286,7 +300,7 @@ class ResultStore:
     def _await_index(self) -> None:
         """Wait for the index of the names taken back (only the feed thread changes names, and it calls this first)."""
         if self._indexing is not None:
-            self.index_names()
+            self.serving()
             self._indexing.join()
             self._indexing = None
 
@@ -336,7 +350,7 @@ class ResultStore:
                 v.result.edge_changes = None  # the graph history has them now
                 rec.update(self.graph.undo_record(e) or {})
             if self._keep_apps(v):
-                for (app, f), history in self._histories().items():
+                for (app, f), history in self.histories().items():
                     rec.update({f"{app}.{f}.{k}": a for k, a in (history.undo_record(e) or {}).items()})
             if rec:
                 undo[e] = rec
@@ -379,14 +393,14 @@ class ResultStore:
                 v.ranks = ranks
             if undo is not None:
                 self.graph.map_undo(v.result.epoch, undo)
-                for (app, f), history in self._histories().items():
+                for (app, f), history in self.histories().items():
                     prefix = f"{app}.{f}."
                     history.map_undo(v.result.epoch, {k[len(prefix):]: a for k, a in undo.items() if k.startswith(prefix)})
             v.result = result
             v.cold = True
             v._derived = {}
 
-    def _histories(self) -> dict[tuple[str, str], ArrayHistory]:
+    def histories(self) -> dict[tuple[str, str], ArrayHistory]:
         """The histories of the applications' per-vertex fields, by (application, field); their undo
         records are archived under ``application.field.`` keys."""
         return {
@@ -399,7 +413,7 @@ class ResultStore:
         True when any was kept."""
         apps = getattr(v.result, "apps", None) or {}
         e = v.result.epoch
-        histories = self._histories()
+        histories = self.histories()
         kept = False
         for name, r in list(apps.items()):
             arrays = r.per_vertex() if isinstance(r, AppResult) else {}
@@ -478,17 +492,8 @@ class ResultStore:
         maybe names no longer indexed; each is checked on the id the index maps
         it to now: with reused ids a name that moved is listed for its new id only.
         """
-        out: list[str] = []
         pending = self._unindexed
         if pending is not None:  # the names taken back are being indexed: the ones with this prefix, by a pass
             index = scan_index(pending, prefix)
-            names = SortedNames(sorted(index))
-        else:
-            index, names = self.index, self._sorted_names
-        for name in itertools.islice(names.starting(prefix), scan):
-            if len(out) >= limit or not name.startswith(prefix):
-                break
-            i_name = index.get(name, vertices)
-            if i_name < vertices and (present is None or bool(present[i_name])):
-                out.append(name)
-        return out
+            return search_names(index, SortedNames(sorted(index)), prefix, limit, vertices, scan, present)
+        return search_names(self.index, self._sorted_names, prefix, limit, vertices, scan, present)

@@ -24,6 +24,7 @@ from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.feed import ResultFeed
 from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.api.viewfile import ViewReader, save_view
 from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.partition_actor import check_gpus
 from pulsegraph.compute.stage import StageConfig
@@ -158,6 +159,8 @@ class Pipeline:
             self.archive.clear()
         elif (taken := self.archive.take_back()) is not None:
             self.store.take_back(*taken)
+            # The graph view the last clean stop kept, read back once the API serves (pulsegraph.api.viewfile).
+            self.store.view_reader = ViewReader.open(self.store, self.archive)
             # Their digests are read meanwhile (seconds for gigabytes); the pipeline's first epoch waits for it.
             threading.Thread(
                 target=self.archive.verify_taken, args=(self.store.drop_taken,), name="archive-verify", daemon=True,
@@ -471,6 +474,8 @@ class Pipeline:
     def _stop_locked(self) -> None:
         if self.feed is not None:
             self.feed.stop()
+        if self.settings.archive_results and (self.feed is None or not self.feed.running):
+            save_view(self.store, self.archive)  # for the next start to answer the graph's routes at once
         if self.results is not None:
             self.results.stop()  # after the feed: the epochs it delivered last get their chance
         for a in self.ingest:

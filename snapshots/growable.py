@@ -22,6 +22,14 @@ class Column:
         # The dtype to widen to when a value does not fit (None: the column never widens).
         self._wide = np.dtype(wide) if wide is not None and np.dtype(wide) != np.dtype(dtype) else None
 
+    @classmethod
+    def from_array(cls, values, wide=None) -> Column:
+        """A column holding a copy of ``values`` (its dtype; widening to ``wide`` as the constructor's)."""
+        values = np.array(values)
+        col = cls(values.dtype, 0, wide)
+        col._data, col.size = values, len(values)
+        return col
+
     def _fit(self, values: np.ndarray) -> None:
         """Widen the column before ``values`` (integers) are written, if any is outside its dtype."""
         if self._wide is None or not len(values):

@@ -87,6 +87,20 @@ class KeyIndex:
         idx._append(np.asarray(keys, np.uint64), _NONE if vals is None else _values(vals))
         return idx
 
+    def state(self) -> dict:
+        """The index as plain arrays (its runs as they lie, tombstones included), for :meth:`from_state`."""
+        runs = [{"keys": r.keys, "vals": r.vals, "dead": r.dead, "n_dead": r.n_dead} for r in self._runs]
+        return {"values": self._values, "live": self._live, "dead": self._dead, "runs": runs}
+
+    @classmethod
+    def from_state(cls, state: dict) -> KeyIndex:
+        """The index :meth:`state` gave, its arrays copied (they may be a read-only map of a file)."""
+        idx = cls(values=bool(state["values"]))
+        idx._runs = [_Run(np.array(r["keys"], np.uint64), np.array(r["vals"], VALUE), np.array(r["dead"], bool), int(r["n_dead"]))
+                     for r in state["runs"]]
+        idx._live, idx._dead = int(state["live"]), int(state["dead"])
+        return idx
+
     def __len__(self) -> int:
         return self._live
 

@@ -128,7 +128,7 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     served(tmp_path, [1, 2], [NameChanges(0, names), None])
     archive, store = restarted(tmp_path)
     assert not began.wait(0.2), "not begun before the API serves: it would take the interpreter from the start"
-    store.index_names()
+    store.serving()
     assert began.wait(10)
     assert store.index == {}, "not built yet: what follows is answered by a pass over the names"
     assert [store.vertex_id(n) for n in ("v0", "w4", "v5", "v10")] == [0, 4, 5, 7] and store.id_of("") is None

@@ -1,0 +1,182 @@
+"""The API's graph view and per-vertex histories kept across a clean stop, so that a restarted service answers the
+graph of its retained epochs (neighbors, paths, components, landmark estimates) before its pipeline's first epoch.
+
+Owns ``<data_dir>/results/view.res``: written by :func:`save_view` when the service stops cleanly (after the
+result feed, so that no epoch is applied meanwhile), in the result archive's format
+(:func:`~pulsegraph.api.archive.write_mapped`: arrays raw, a digest at the end), with the epoch it is the view
+of and that epoch's vector; read back once at the next start by :class:`ViewReader`, which removes it. It holds
+the newest graph and arrays only: their undo records, which give the older retained epochs, are in the epochs'
+archive files already and are mapped from there, as the running service maps them.
+
+It is taken back only as the view of the newest epoch the archive took back (the same epoch and vector), and
+only if every undo record it names is in the archive: a crash leaves an older file or none, and the graph
+routes then wait for the pipeline's first epoch, as before. The pipeline resumes from its newest checkpoint,
+which a stop does not write, so it usually cuts the last few epochs again and publishes them anew
+(:meth:`~pulsegraph.api.archive.ResultArchive.confirm`): before its first epoch is applied, the view is rolled
+back past them with their undo records (:meth:`ViewReader.settle`), and that epoch, the whole graph, is applied
+over it as what differs. A view that cannot go back that far, or of another history, is dropped.
+
+Why only at a stop, not with every epoch: it is the whole view, ~50 bytes per edge (a gigabyte at 20 M
+edges), where an epoch's archive file is what the epoch changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pulsegraph.api.archive import VIEW_FILE, ArchiveError, ResultArchive, read_mapped, write_mapped
+
+if TYPE_CHECKING:
+    from pulsegraph.api.store import ResultStore
+
+log = logging.getLogger(__name__)
+
+
+def view_path(archive: ResultArchive) -> Path:
+    return archive.root / VIEW_FILE
+
+
+def save_view(store: ResultStore, archive: ResultArchive) -> bool:
+    """Write the store's graph view and histories as of their newest epoch, when that is the newest epoch the store
+    and the archive hold (else, or on a disk error, nothing is written and a stale file is removed). Called once
+    nothing applies epochs any more. Whether it was written."""
+    path = view_path(archive)
+    reader = store.view_reader
+    if reader is not None and not reader.started:
+        return False  # the file read at this start is still there, and nothing was applied since
+    if reader is not None:
+        reader.settle(None)  # a read under way ends first
+    epoch = store.graph.epoch
+    try:
+        if not epoch or epoch != store.latest_epoch or archive.latest != epoch:
+            path.unlink(missing_ok=True)
+            return False
+        began = time.monotonic()
+        state = {
+            "epoch": epoch, "vector": dict(store.get(epoch).result.vector), "graph": store.graph.state(),
+            "histories": {f"{app}.{field}": h.state() for (app, field), h in store.histories().items()},
+        }
+        write_mapped(path, state)
+    except OSError as exc:
+        log.error("the API's graph view not kept for the next start (%s); it will take the graph from the pipeline", exc)
+        return False
+    log.info("the API's graph view of epoch %d (%d edge slots) kept for the next start in %.1f s",
+             epoch, store.graph.slots, time.monotonic() - began)
+    return True
+
+
+class ViewReader:
+    """Reads the view back on a thread of its own, once the API serves (:meth:`start`): until it is done the graph
+    routes answer as before a restart's first epoch (``graph_not_retained``)."""
+
+    def __init__(self, store: ResultStore, archive: ResultArchive) -> None:
+        self._store, self._archive = store, archive
+        self._thread = threading.Thread(target=self._read, name="view-read", daemon=True)
+        self.taken = False  # the view was taken back (and not dropped since)
+
+    @classmethod
+    def open(cls, store: ResultStore, archive: ResultArchive) -> ViewReader | None:
+        """A reader for the view file, if there is one."""
+        return cls(store, archive) if view_path(archive).exists() else None
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    def start(self) -> None:
+        if not self.started:
+            self._thread.start()
+
+    def settle(self, keep_below: int | None) -> None:
+        """Before the pipeline's epochs are applied: wait for the read, then drop the view when the epochs kept end
+        below it (``keep_below``, from :meth:`~pulsegraph.api.archive.ResultArchive.confirm`; 0: none kept)."""
+        self.start()
+        self._thread.join()
+        epoch = self._store.graph.epoch
+        if not self.taken or keep_below is None or (keep_below and epoch < keep_below):
+            return
+        if keep_below and self._roll_back(keep_below):
+            # The usual case: the pipeline resumes from its newest checkpoint, older than the stop, and cuts the
+            # epochs after it again.
+            log.info("the graph view taken back (epoch %d) rolled back to epoch %d, which the pipeline resumes after",
+                     epoch, self._store.graph.epoch)
+            return
+        log.info("the graph view taken back (epoch %d) is not of the history the pipeline recovered: dropped", epoch)
+        self._clear()
+
+    def _roll_back(self, below: int) -> bool:
+        histories = list(self._store.histories().values())
+        return all(h.roll_back(below) for h in histories) and self._store.graph.roll_back(below)
+
+    def _clear(self) -> None:
+        self._store.graph.clear()
+        for h in self._store.histories().values():
+            h.clear()
+        self.taken = False
+
+    def _read(self) -> None:
+        path = view_path(self._archive)
+        began = time.monotonic()
+        try:
+            state = read_mapped(path)
+            why = self._unfit(state)
+            if why is None:
+                undo = _UndoReader(self._archive)
+                histories = self._store.histories()
+                ok = all(
+                    histories[_pair(key)].load_state(s, undo.of(key + "."))
+                    for key, s in state["histories"].items()
+                ) and self._store.graph.load_state(state["graph"], undo.of(""))
+                why = None if ok else "an undo record it names is not in the archive"
+            if why is None:
+                self.taken = True
+                log.info("the API's graph view of epoch %d taken back (%d edge slots) in %.1f s",
+                         state["epoch"], self._store.graph.slots, time.monotonic() - began)
+            else:
+                self._clear()
+                log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, why)
+        except (ArchiveError, KeyError, TypeError, ValueError) as exc:
+            self._clear()
+            log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, exc)
+        finally:
+            path.unlink(missing_ok=True)  # read once: a later crash must not find a view of an epoch since replaced
+
+    def _unfit(self, state: dict) -> str | None:
+        """Why ``state`` is not the view of the newest epoch taken back (None: it is)."""
+        epoch = state["epoch"]
+        if not self._store.latest_epoch:
+            return "no epoch was taken back"
+        newest = self._store.get().result
+        if epoch != newest.epoch or state["vector"] != dict(newest.vector):
+            return f"it is the view of epoch {epoch}, the newest epoch taken back is {newest.epoch}"
+        return None
+
+
+def _pair(key: str) -> tuple[str, str]:
+    app, field = key.split(".", 1)
+    return app, field
+
+
+class _UndoReader:
+    """The undo records the archive keeps with each epoch, read once per epoch, for the view and each history."""
+
+    def __init__(self, archive: ResultArchive) -> None:
+        self._archive = archive
+        self._by_epoch: dict[int, dict | None] = {}
+
+    def of(self, prefix: str):
+        def undo_of(epoch: int) -> dict | None:
+            if epoch not in self._by_epoch:
+                got = self._archive.mapped_with_undo(epoch)
+                self._by_epoch[epoch] = None if got is None else got[2]
+            rec = self._by_epoch[epoch]
+            if rec is None:
+                return None
+            if prefix:
+                return {k[len(prefix):]: a for k, a in rec.items() if k.startswith(prefix)}
+            return {k: a for k, a in rec.items() if "." not in k}  # the graph's own keys
+        return undo_of
