@@ -14,7 +14,12 @@ resident memory by then (it takes that epoch in whole: a restored compute stage 
 longer than a bench run can wait), with no run and no crash before: run it once with ``--code`` and
 once without, each on its own copy, for a side-by-side figure on the same graph.
 
-    .venv/bin/python -m bench.restart --from /srv/pulsegraph/data [--code WORKTREE]
+    .venv/bin/python -m bench.restart --from /srv/pulsegraph/data [--code WORKTREE] [--times 2]
+
+With ``--times 2`` it is stopped cleanly (SIGINT) after the first start and started again on the same copy: the
+second start is the operator's restart after a clean stop, which finds the graph view that stop kept
+(:mod:`pulsegraph.api.viewfile`). Each start also says when the graph of the newest epoch taken back (the top
+vertex's neighbors) was first answered.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ class Restart:
     first_health: dict  # /health right after it
     new_epoch_s: float  # an epoch newer than every one served before the crash
     api_peak_rss: int  # bytes: the service process's (the API's) peak resident set by then
+    # The neighbors of the top vertex as of the newest epoch taken back were answered (None: not before the new epoch).
+    graph_s: float | None = None
+    probed: dict | None = None  # the answers to the probe paths asked the moment the graph was first answered
 
 
 def free_port() -> int:
@@ -76,7 +84,8 @@ class Service:
 
     def get(self, path: str, **params) -> httpx.Response | None:
         try:
-            return httpx.get(f"http://127.0.0.1:{self.port}{path}", params=params, timeout=2)
+            # No params: None, not {} (which httpx takes as "no query" and drops the one in ``path``).
+            return httpx.get(f"http://127.0.0.1:{self.port}{path}", params=params or None, timeout=2)
         except httpx.TransportError:
             return None
 
@@ -135,25 +144,33 @@ def measure(
         svc.stop()
 
 
-def measure_from(folder: Path, work: Path, args: list[str], timeout: float = 600.0, code: Path | None = None) -> Restart:
-    """Start the service on a copy of ``folder`` (a stopped service's data folder) and time it as a restart."""
+def measure_from(folder: Path, work: Path, args: list[str], timeout: float = 600.0, code: Path | None = None,
+                 times: int = 1) -> list[Restart]:
+    """Start the service on a copy of ``folder`` (a stopped service's data folder) and time it as a restart; ``times``
+    more than 1: stop it cleanly (SIGINT) after each and start it again on the same copy."""
     shutil.copytree(folder, work / "data", symlinks=True)
     (work / "data" / "LOCK").unlink(missing_ok=True)  # the copy's own lock is taken anew
-    os.sync()  # the copy written out first: its writeback would slow the start it times (seconds at gigabytes)
-    svc = Service(work / "data", work / "service.log", args, code)
-    try:
-        return restarted(svc, [], timeout)
-    finally:
-        svc.stop()
+    out = []
+    for _ in range(times):
+        os.sync()  # the folder written out first: its writeback would slow the start it times (seconds at gigabytes)
+        svc = Service(work / "data", work / "service.log", args, code)
+        try:
+            out.append(restarted(svc, [], timeout))
+        finally:
+            svc.stop()
+    return out
 
 
-def restarted(svc: Service, before: list[dict], timeout: float) -> Restart:
-    """Start ``svc`` on its data folder and poll it until it serves an epoch newer than all it took back."""
+def restarted(svc: Service, before: list[dict], timeout: float, probe: tuple[str, ...] = ()) -> Restart:
+    """Start ``svc`` on its data folder and poll it until it serves an epoch newer than all it took back; ``probe``:
+    paths asked (status and body) the moment the graph of the newest epoch taken back is first answered."""
     t0 = svc.start()
-    first = archived = new = None
+    probed = None
+    first = archived = new = graph = None
     first_items: list[dict] = []
     health: dict = {}
     newest = before[0]["epoch"] if before else 0
+    neighbors: str | None = None  # the graph route asked of the newest epoch taken back
     while time.monotonic() - t0 < timeout and new is None:
         svc.alive()
         r = svc.get("/v1/epochs", limit=1000)
@@ -166,12 +183,20 @@ def restarted(svc: Service, before: list[dict], timeout: float) -> Restart:
             # Newer than every epoch taken back: one archived between the last read and the kill is not new.
             newest = max(newest, items[0]["epoch"])
             health = (svc.get("/health") or httpx.Response(503, json={})).json()
+            top = svc.get("/v1/rank/top", k=1, epoch=items[0]["epoch"])
+            if top is not None and top.status_code == 200 and top.json()["items"]:
+                neighbors = f"/v1/vertices/{top.json()['items'][0]['vertex']}/neighbors?epoch={items[0]['epoch']}"
         if items and items[0]["epoch"] > newest:
             new = now
+        if neighbors is not None and graph is None:
+            g = svc.get(neighbors)
+            if g is not None and g.status_code == 200:
+                graph = time.monotonic() - t0
+                probed = {p: (r.status_code, r.json()) for p in probe if (r := svc.get(p)) is not None}
         time.sleep(POLL_S)
     if first is None or archived is None or new is None:
         raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")
-    return Restart(before, first, archived, first_items, health, new, svc.peak_rss())
+    return Restart(before, first, archived, first_items, health, new, svc.peak_rss(), graph, probed)
 
 
 def main() -> int:
@@ -184,18 +209,22 @@ def main() -> int:
     ap.add_argument("--log-level", default="WARNING", help="the service's (its log is service.log in the folder printed)")
     ap.add_argument("--from", dest="folder", type=Path, help="restart on a copy of this stopped service's data folder, "
                     "with no run and no crash before")
+    ap.add_argument("--times", type=int, default=1, help="with --from: stop cleanly (SIGINT) after each restart and "
+                    "start again on the same copy, this many times in all")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
     print(f"work folder: {work}", file=sys.stderr)
     service_args = ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level]
     if args.folder is not None:
-        got = measure_from(args.folder, work, service_args, code=args.code)
-        newest = got.first_archived[0]
         print(f"machine: {machine()}")
-        print(f"a copy of {args.folder}: {len(got.first_archived)} retained epochs, newest {newest['epoch']} "
-              f"({newest['vertices']:,} vertices, {newest['edges']:,} edges)")
-        print(f"from the process start: API answering {got.first_answer_s:.2f} s; retained epochs answered "
-              f"{got.archived_s:.2f} s; first new epoch {got.new_epoch_s:.2f} s; API peak {got.api_peak_rss / 2**30:.2f} GiB")
+        for i, got in enumerate(measure_from(args.folder, work, service_args, code=args.code, times=args.times)):
+            newest = got.first_archived[0]
+            graph = "not answered before it" if got.graph_s is None else f"answered {got.graph_s:.2f} s"
+            print(f"start {i + 1} on a copy of {args.folder}: {len(got.first_archived)} retained epochs, newest "
+                  f"{newest['epoch']} ({newest['vertices']:,} vertices, {newest['edges']:,} edges)")
+            print(f"from the process start: API answering {got.first_answer_s:.2f} s; retained epochs answered "
+                  f"{got.archived_s:.2f} s; the graph of the newest {graph}; first new epoch {got.new_epoch_s:.2f} s; "
+                  f"API peak {got.api_peak_rss / 2**30:.2f} GiB")
         return 0
     got = measure(work, service_args, args.run, code=args.code)
     before = {e["epoch"]: e for e in got.before}
