@@ -23,12 +23,13 @@ edges), where an epoch's archive file is what the epoch changed.
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pulsegraph.api.archive import VIEW_FILE, ArchiveError, ResultArchive, read_mapped, write_mapped
+from pulsegraph.api.archive import VIEW_FILE, ArchiveError, ResultArchive, digest_ok, read_mapped, write_mapped
 
 if TYPE_CHECKING:
     from pulsegraph.api.store import ResultStore
@@ -122,28 +123,35 @@ class ViewReader:
         path = view_path(self._archive)
         began = time.monotonic()
         try:
-            state = read_mapped(path)
-            why = self._unfit(state)
+            # Its digest (a full read: a second at a gigabyte, several beside Ray's start) is read once the view
+            # serves, as the archive's epochs are (ResultArchive.verify_taken): a view that fails it is dropped then.
+            why = self._load(read_mapped(path, verify=False))
             if why is None:
-                undo = _UndoReader(self._archive)
-                histories = self._store.histories()
-                ok = all(
-                    histories[_pair(key)].load_state(s, undo.of(key + "."))
-                    for key, s in state["histories"].items()
-                ) and self._store.graph.load_state(state["graph"], undo.of(""))
-                why = None if ok else "an undo record it names is not in the archive"
-            if why is None:
-                self.taken = True
                 log.info("the API's graph view of epoch %d taken back (%d edge slots) in %.1f s",
-                         state["epoch"], self._store.graph.slots, time.monotonic() - began)
-            else:
-                self._clear()
-                log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, why)
-        except (ArchiveError, KeyError, TypeError, ValueError) as exc:
-            self._clear()
-            log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, exc)
+                         self._store.graph.epoch, self._store.graph.slots, time.monotonic() - began)
+                why = None if digest_ok(path) else "checksum mismatch"
+        except (ArchiveError, pickle.UnpicklingError, EOFError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            why = str(exc) or type(exc).__name__
         finally:
             path.unlink(missing_ok=True)  # read once: a later crash must not find a view of an epoch since replaced
+        if why is not None:
+            self._clear()
+            log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, why)
+
+    def _load(self, state: dict) -> str | None:
+        """Take ``state`` into the store's view and histories; why not (None: taken)."""
+        why = self._unfit(state)
+        if why is not None:
+            return why
+        undo = _UndoReader(self._archive)
+        histories = self._store.histories()
+        # The histories first: the graph's routes check the graph view's epochs, and read the histories after.
+        if not all(histories[_pair(key)].load_state(s, undo.of(key + ".")) for key, s in state["histories"].items()):
+            return "an undo record it names is not in the archive"
+        if not self._store.graph.load_state(state["graph"], undo.of("")):
+            return "an undo record it names is not in the archive, or its slots do not fit its columns"
+        self.taken = True
+        return None
 
     def _unfit(self, state: dict) -> str | None:
         """Why ``state`` is not the view of the newest epoch taken back (None: it is)."""

@@ -50,7 +50,11 @@ def test_after_a_clean_stop_the_graph_of_the_retained_epochs_is_answered_as_befo
         assert all(status == 200 for status, _ in answers.values()) and any(a["items"] for _, a in answers.values()), answers
     finally:
         svc.stop()  # SIGINT: a clean stop, which keeps the graph view
-    got = restarted(Service(tmp_path / "data", tmp_path / "service.log", args), [], 120, probe)
+    again = Service(tmp_path / "data", tmp_path / "service.log", args)
+    try:
+        got = restarted(again, [], 120, probe)
+    finally:
+        again.stop()
     assert got.graph_s is not None and got.graph_s < got.new_epoch_s, (got.graph_s, got.new_epoch_s)
     assert got.probed == answers, "the graph of each retained epoch as it was answered before the stop"
     assert "graph view of epoch" in (tmp_path / "service.log").read_text()
