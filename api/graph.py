@@ -167,6 +167,10 @@ class GraphHistory:
         if epoch <= self.epoch:
             return
         covered_from = epoch if since is None else since
+        if self.epoch:
+            # Changes are absolute states, so ones that cover epochs this view has too (a restart's pipeline merging
+            # epochs it publishes again: pulsegraph.api.viewfile) apply the same; undone, they give this view's epoch.
+            covered_from = max(covered_from, self.epoch + 1)
         if covered_from != self.epoch + 1 and not full:
             log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, covered_from - 1)
             self.missed_epochs += covered_from - self.epoch - 1
@@ -277,45 +281,6 @@ class GraphHistory:
             self._free = np.array(state["free"], np.int64)
             self.epoch, self._first, self.missed_epochs = int(state["epoch"]), int(state["first"]), int(state["missed"])
         return True
-
-    def roll_back(self, below: int) -> bool:
-        """Undo the epochs from ``below`` on (a restart's pipeline cuts them again from its checkpoint, and publishes
-        them anew): the view is then that of the newest epoch before them, and the retained ones older still. False,
-        and nothing changed, when it cannot go back that far (its first applied epoch is among them)."""
-        with self._lock.write():
-            if self.epoch < below:
-                return True
-            if self._first >= below:
-                return False
-            touched = []
-            while self._undo and self._undo[-1].epoch >= below:
-                u = self._undo.pop()
-                self.mult.put(u.slots, u.mult)
-                self.weight.view[u.slots] = u.weight
-                touched.append(np.asarray(u.slots))
-                self.epoch = u.since - 1
-            self._relink(np.unique(np.concatenate(touched)))
-        return True
-
-    def _relink(self, slots: np.ndarray) -> None:
-        """After :meth:`roll_back`: each of ``slots`` gets the last epoch a retained undo record says changed it; one
-        that none does and that holds nothing is seen live by no retained epoch, and is freed. Caller holds the lock."""
-        last = np.zeros(len(slots), np.int32)
-        found = np.zeros(len(slots), bool)
-        for u in reversed(self._undo):
-            if found.all():
-                break
-            if len(u.slots):
-                i = np.minimum(np.searchsorted(u.slots, slots), len(u.slots) - 1)
-                hit = (u.slots[i] == slots) & ~found
-                last[hit], found[hit] = u.epoch, True
-        self.changed.view[slots] = last
-        gone = slots[~found & (self.mult.view[slots] == 0) & (self.weight.view[slots] == 0)]
-        if len(gone):
-            dst = self.dst.view[gone]
-            self._keys.discard(pack(self.src.view[gone], dst, self.etype.view[gone]))
-            self._by_dst.discard(_adjacent(dst, gone))
-            self._free = np.union1d(self._free, gone)
 
     def clear(self) -> None:
         """Forget everything: the view taken back at a start was not the history the pipeline recovered."""

@@ -188,8 +188,9 @@ class ArrayHistory:
         return True
 
     def roll_back(self, below: int) -> bool:
-        """Undo the epochs from ``below`` on (see :meth:`pulsegraph.api.graph.GraphHistory.roll_back`). False, and
-        nothing changed, when the history cannot go back that far."""
+        """Undo the epochs from ``below`` on (a restart's pipeline publishes them again, maybe with other arrays:
+        :mod:`pulsegraph.api.viewfile`): the newest array is then that of the newest epoch before them. False, and
+        nothing changed, when the history cannot go back that far (it began with one of them)."""
         with self._lock:
             if self._current is None or self.epoch < below:
                 return True

@@ -12,9 +12,11 @@ It is taken back only as the view of the newest epoch the archive took back (the
 only if every undo record it names is in the archive: a crash leaves an older file or none, and the graph
 routes then wait for the pipeline's first epoch, as before. The pipeline resumes from its newest checkpoint,
 which a stop does not write, so it usually cuts the last few epochs again and publishes them anew
-(:meth:`~pulsegraph.api.archive.ResultArchive.confirm`): before its first epoch is applied, the view is rolled
-back past them with their undo records (:meth:`ViewReader.settle`), and that epoch, the whole graph, is applied
-over it as what differs. A view that cannot go back that far, or of another history, is dropped.
+(:meth:`~pulsegraph.api.archive.ResultArchive.confirm`). Their graph is a function of their vectors, the same
+the view has: the view ignores them as epochs it has, and the first epoch after it, the whole graph, is applied
+over it as what differs. The applications' arrays of those epochs may differ (landmarks are chosen by scores),
+so the histories are rolled back past them with their undo records first (:meth:`ViewReader.settle`), or begin
+again with the pipeline's epochs where they cannot go back that far. A view of another history is dropped.
 
 Why only at a stop, not with every epoch: it is the whole view, ~50 bytes per edge (a gigabyte at 20 M
 edges), where an epoch's archive file is what the epoch changed.
@@ -100,18 +102,20 @@ class ViewReader:
         epoch = self._store.graph.epoch
         if not self.taken or keep_below is None or (keep_below and epoch < keep_below):
             return
-        if keep_below and self._roll_back(keep_below):
-            # The usual case: the pipeline resumes from its newest checkpoint, older than the stop, and cuts the
-            # epochs after it again.
-            log.info("the graph view taken back (epoch %d) rolled back to epoch %d, which the pipeline resumes after",
-                     epoch, self._store.graph.epoch)
+        if not keep_below:
+            log.info("the graph view taken back (epoch %d) is not of the history the pipeline recovered: dropped", epoch)
+            self._clear()
             return
-        log.info("the graph view taken back (epoch %d) is not of the history the pipeline recovered: dropped", epoch)
-        self._clear()
-
-    def _roll_back(self, below: int) -> bool:
-        histories = list(self._store.histories().values())
-        return all(h.roll_back(below) for h in histories) and self._store.graph.roll_back(below)
+        # The usual case: the pipeline resumes from its newest checkpoint, older than the stop, and publishes the
+        # epochs after it again. Their graph is a function of their vectors, the same as the view's: the view stays,
+        # and ignores them as epochs it has. What the applications computed for them may differ (landmarks chosen
+        # by scores, which a new solve gives within its bound): the histories go back to before them.
+        kept = [h.roll_back(keep_below) for h in self._store.histories().values()]
+        for h, ok in zip(self._store.histories().values(), kept, strict=True):
+            if not ok:
+                h.clear()  # it began with those epochs: it begins again with the pipeline's
+        log.info("the graph view taken back (epoch %d) kept: the pipeline publishes epochs %d.. again (application "
+                 "arrays rolled back: %d of %d)", epoch, keep_below, sum(kept), len(kept))
 
     def _clear(self) -> None:
         self._store.graph.clear()
