@@ -295,9 +295,11 @@ class GraphHistory:
                 self._release(self._undo.popleft())
 
     def undo_record(self, epoch: int) -> dict[str, np.ndarray] | None:
-        """The undo record of ``epoch`` (the newest applied) as arrays, for the result archive to keep."""
+        """The undo record of ``epoch`` as arrays, for the result archive to keep with it: the newest applied, or one
+        the view had already when a restart's pipeline publishes that epoch again (:mod:`pulsegraph.api.viewfile`),
+        whose new archive file must hold it for the next start to take the view back."""
         with self._lock.read():
-            u = self._undo[-1] if self._undo else None
+            u = next((u for u in reversed(self._undo) if u.epoch <= epoch), None)
             if u is None or u.epoch != epoch:
                 return None
             return {"slots": u.slots, "mult": u.mult, "weight": u.weight}

@@ -168,6 +168,7 @@ def test_the_epochs_the_pipeline_cuts_again_from_its_checkpoint_keep_the_view_an
     for e in range(7 if began == 6 else 6, 9):
         before.add([history.result(e)], None)
     assert save_view(before, before.archive)
+    before.archive = None  # the reference from here on: the restarted service alone writes the folder
     archive, store, reader = restarted(tmp_path)
     assert reader is not None and reader.taken and store.graph.epoch == 8 and store.graph.kept_from == began
     first = at_checkpoint.result(6, full=True)
@@ -188,6 +189,13 @@ def test_the_epochs_the_pipeline_cuts_again_from_its_checkpoint_keep_the_view_an
             assert got == want, e
     assert graph_of(store, 8)["to"] == (np.array(graph_of(before, 8)["to"]) + 1).tolist(), "the pipeline's arrays"
     assert store.landmarks_to.covers(6) and store.components.covers(began)
+    # The epochs published again were archived with the view's undo records: the next clean stop's view is taken
+    # back in turn.
+    assert save_view(store, archive)
+    _, again_store, reader = restarted(tmp_path)
+    assert reader is not None and reader.taken
+    for e in range(began, 10):
+        assert graph_of(again_store, e) == graph_of(store, e), e
 
 
 def test_the_view_is_dropped_when_the_pipeline_recovered_another_history(tmp_path):
