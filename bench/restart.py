@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,8 +125,10 @@ class Service:
 
 def measure(
     work: Path, args: list[str], run_s: float, min_epochs: int = 3, timeout: float = 180.0, code: Path | None = None,
+    before_stop: Callable[[Service], None] | None = None,
 ) -> Restart:
-    """Run the service for ``run_s`` seconds (and until it served ``min_epochs``), crash it, restart it."""
+    """Run the service for ``run_s`` seconds (and until it served ``min_epochs``), crash it, restart it; then stop it
+    cleanly (SIGINT), after ``before_stop(service)`` when given."""
     svc = Service(work / "data", work / "service.log", args, code)
     svc.start()
     try:
@@ -139,7 +142,10 @@ def measure(
         # The newest ones, as the API had them just before the crash (the archive writes each as it comes).
         before = svc.epochs() or before
         svc.kill()
-        return restarted(svc, before, timeout)
+        got = restarted(svc, before, timeout)
+        if before_stop is not None:
+            before_stop(svc)
+        return got
     finally:
         svc.stop()
 

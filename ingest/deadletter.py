@@ -290,9 +290,15 @@ class KafkaDeadLetterSink:
                 if delay == 0.5:  # once per outage, not once per retry
                     log.warning("could not write %d dead letters to %s (%s); retrying until the broker takes them",
                                 len(letters), self.topic, exc)
+                # What the failed attempt got through is read back first, and what it left in the producer must not
+                # land after that: the producer's own retries (kafka-python's, for up to its delivery timeout) would
+                # write those letters a second time. A new producer, then, and the old one closed without waiting.
+                self._producer, old = None, self._producer
+                if old is not None:
+                    old.close(timeout=0)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
-                self._written.newest = None  # what the failed attempt got through is read back first
+                self._written.newest = None
 
     def close(self) -> None:
         if self._producer is not None:
