@@ -80,6 +80,7 @@ class ViewReader:
         self._store, self._archive = store, archive
         self._thread = threading.Thread(target=self._read, name="view-read", daemon=True)
         self.taken = False  # the view was taken back (and not dropped since)
+        self._loaded = threading.Event()  # the read is past taking the view in (its digest may still be read)
 
     @classmethod
     def open(cls, store: ResultStore, archive: ResultArchive) -> ViewReader | None:
@@ -94,9 +95,17 @@ class ViewReader:
         if not self.started:
             self._thread.start()
 
+    def wait_loaded(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s, the API's start included) until the view is taken in or refused: the
+        pipeline's start waits for it, since Ray's start takes both cores of a small machine for seconds and
+        made a read of a second take eight (1.3 GB, 24 M edges). Whether it was."""
+        return self._loaded.wait(timeout)
+
     def settle(self, keep_below: int | None) -> None:
-        """Before the pipeline's epochs are applied: wait for the read, then drop the view when the epochs kept end
-        below it (``keep_below``, from :meth:`~pulsegraph.api.archive.ResultArchive.confirm`; 0: none kept)."""
+        """Before the pipeline's epochs are applied: wait for the read, then, given where the epochs kept end
+        (``keep_below``, from :meth:`~pulsegraph.api.archive.ResultArchive.confirm`; 0: none kept, another history;
+        None: not known yet), keep the view as it is, keep it with the applications' arrays rolled back past the
+        epochs the pipeline publishes again, or drop it."""
         self.start()
         self._thread.join()
         epoch = self._store.graph.epoch
@@ -130,6 +139,7 @@ class ViewReader:
             # Its digest (a full read: a second at a gigabyte, several beside Ray's start) is read once the view
             # serves, as the archive's epochs are (ResultArchive.verify_taken): a view that fails it is dropped then.
             why = self._load(read_mapped(path, verify=False))
+            self._loaded.set()
             if why is None:
                 log.info("the API's graph view of epoch %d taken back (%d edge slots) in %.1f s",
                          self._store.graph.epoch, self._store.graph.slots, time.monotonic() - began)
@@ -138,6 +148,7 @@ class ViewReader:
             why = str(exc) or type(exc).__name__
         finally:
             path.unlink(missing_ok=True)  # read once: a later crash must not find a view of an epoch since replaced
+            self._loaded.set()
         if why is not None:
             self._clear()
             log.warning("the API's graph view in %s not taken back (%s); the graph comes with the pipeline's first epoch", path, why)

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 TEARDOWN_TIMEOUT_S = 30.0
 # How long stop() waits for a start under way on its own thread: Ray's start and the actors' launch.
 STARTED_WAIT_S = 120.0
+# The pipeline's start waits this long at most for the graph view a clean stop kept to be read back (viewfile).
+VIEW_WAIT_S = 20.0
 
 
 def _summed(*counts: dict[str, int]) -> dict[str, int]:
@@ -198,6 +200,8 @@ class Pipeline:
 
         def run() -> None:
             owned = not ray.is_initialized()  # a Ray joined already (a test session's) is not this thread's to end
+            if self.store.view_reader is not None:
+                self.store.view_reader.wait_loaded(VIEW_WAIT_S)  # a second or two: the graph routes answer sooner
             try:
                 self.start()
             except PulsegraphError as exc:
