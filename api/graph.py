@@ -184,10 +184,13 @@ class GraphHistory:
         # Worked out before the write lock: the feed thread is the only writer, so what it reads here cannot
         # change under it, and readers (the event loop's among them) wait only for the writes below.
         keys, idx = _last_of_each(keys)
-        src, dst, et = ch.src[idx], ch.dst[idx], ch.etype[idx]
         mult, weight = ch.mult[idx], ch.weight[idx]
         slots = self._keys.get(keys)
         fresh = slots < 0
+        # The ends and type of the new edges only: an edge the view has keeps its own (a whole epoch over a full
+        # view is mostly those: 10 bytes an edge less in the take-in's peak).
+        at = idx[fresh]
+        src, dst, et = ch.src[at], ch.dst[at], ch.etype[at]
         n_new = int(fresh.sum())
         reused, free = self._free[:n_new], self._free[n_new:]
         base = self.slots
@@ -201,18 +204,19 @@ class GraphHistory:
             held = (self.mult.view != 0) | (self.weight.view != 0)
             held[slots[slots < base]] = False
             gone = np.flatnonzero(held)
-            slots = np.concatenate([slots, gone])
-            mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
-            weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
+            del held
             if self.epoch:
                 # Over a view that holds a graph (a relaunch, or a restart that took the view back), most of a whole
                 # epoch's edges are as they were: only those that differ change, and only they get an undo entry
-                # (20 bytes each: the whole graph's otherwise) and this epoch as their last change.
-                old = slots < base
-                differs = ~old
+                # (20 bytes each: the whole graph's otherwise) and this epoch as their last change. Left out before
+                # the edges gone are added (those all differ), so no copy of the whole epoch's rows is made.
+                differs = fresh.copy()  # a new edge, in a freed slot or a new one, is written whatever it holds
+                old = ~fresh
                 differs[old] = (self.mult.view[slots[old]] != mult[old]) | (self.weight.view[slots[old]] != weight[old])
-                differs[: len(fresh)] |= fresh  # a new edge in a freed slot is written whatever it holds
                 slots, mult, weight = slots[differs], mult[differs], weight[differs]
+            slots = np.concatenate([slots, gone])
+            mult = np.concatenate([mult, np.zeros(len(gone), np.int64)])
+            weight = np.concatenate([weight, np.zeros(len(gone), np.int64)])
         if self.epoch == 0:
             # The first epoch applied: no graph before it is ever rebuilt (_kept_from), so its undo record
             # keeps only the slots it leaves empty, which _release frees once it leaves the retention (there
@@ -226,14 +230,14 @@ class GraphHistory:
             if n_new:
                 # Freed slots hold nothing (multiplicity and weight 0): the undo record below keeps
                 # exactly that as the new edge's state before this epoch.
-                for col, values in ((self.src, src[fresh]), (self.dst, dst[fresh]), (self.etype, et[fresh])):
+                for col, values in ((self.src, src), (self.dst, dst), (self.etype, et)):
                     col.view[reused] = values[:k]
                     col.extend(values[k:])
                 for col in (self.mult, self.weight, self.changed):
                     col.extend(np.zeros(n_new - k, np.int64))
                 self._keys.put(keys[fresh], new_slots, absent=True)
                 # A new slot's adjacency key is new too: a freed slot's left with its edge.
-                self._by_dst.put(_adjacent(dst[fresh], new_slots), absent=True)
+                self._by_dst.put(_adjacent(dst, new_slots), absent=True)
             self._undo.append(_Undo(epoch, s, self.mult.view[s].copy(), self.weight.view[s].copy(), covered_from))
             self.mult.put(slots, mult)
             self.weight.view[slots] = weight
