@@ -223,8 +223,8 @@ class ResultArchive:
         self.root.mkdir(parents=True, exist_ok=True)
         self.latest = max(self._epochs(), default=0)
         self.names = NamesJournal(self.root / NAMES_FILE)
-        # The epochs taken back (take_back, or history_before), memory-mapped: result, ranks and tops.
-        self._taken: dict[int, tuple[EpochResult, dict | None, dict | None]] | None = None
+        # The epochs taken back (take_back, or history_before), memory-mapped: result, ranks, undo records and tops.
+        self._taken: dict[int, tuple[EpochResult, dict | None, dict | None, dict | None]] | None = None
         # Set once every epoch taken back has been checked against its digest (take_back defers it).
         self._verified = threading.Event()
         self._verified.set()
@@ -264,6 +264,13 @@ class ResultArchive:
         """As :meth:`mapped`, and the graph undo record saved with the epoch (None: none was)."""
         got = self._load(epoch, verify=False) if epoch <= self.latest else None
         return None if got is None else got[:3]
+
+    def undo_of(self, epoch: int) -> dict | None:
+        """The undo records archived with ``epoch`` (None: none, or not archived): those the take-back read, while
+        the epoch is taken back (the graph view read back at a start asks for every retained one), else its file's."""
+        taken = self._taken.get(epoch) if self._taken is not None else None
+        got = taken if taken is not None else self.mapped_with_undo(epoch)
+        return None if got is None else got[2]
 
     def save(self, results: list[EpochResult], ranks: dict[int, dict[str, np.ndarray]] | None = None,
              undo: dict[int, dict[str, np.ndarray]] | None = None, top: dict[int, dict[str, np.ndarray]] | None = None) -> None:
@@ -308,7 +315,7 @@ class ResultArchive:
                       "only once the pipeline is up. Operator action if this repeats: check the disk under %s.", exc, self.root)
             self.names.clear()
 
-    def _take(self, verify: bool = True) -> dict[int, tuple[EpochResult, dict | None, dict | None]]:
+    def _take(self, verify: bool = True) -> dict[int, tuple[EpochResult, dict | None, dict | None, dict | None]]:
         """Every retained epoch file that checks out (``verify``: against its digest, as another process wrote
         it; else :meth:`verify_taken` does, later), read once."""
         if self._taken is None:
@@ -316,7 +323,7 @@ class ResultArchive:
             for e in self._epochs()[-self.retain :]:
                 got = self._load(e, verify)
                 if got is not None:
-                    self._taken[e] = (got[0], got[1], got[3])
+                    self._taken[e] = got
         return self._taken
 
     def verify_taken(self, drop: Callable[[list[int]], None]) -> list[int]:
@@ -358,9 +365,9 @@ class ResultArchive:
         self._verified.clear()
         log.info("result archive: serving %d epochs (%d..%d) from before the restart while the pipeline starts",
                  len(taken), min(taken), max(taken))
-        ranks = {e: r for e, (_, r, _) in taken.items() if r is not None}
-        tops = {e: t for e, (_, _, t) in taken.items() if t is not None}
-        return [r for _, (r, _, _) in sorted(taken.items())], NameChanges(0, names), ranks, tops
+        ranks = {e: r for e, (_, r, _, _) in taken.items() if r is not None}
+        tops = {e: t for e, (_, _, _, t) in taken.items() if t is not None}
+        return [r for _, (r, *_) in sorted(taken.items())], NameChanges(0, names), ranks, tops
 
     def confirm(self, first_live: EpochResult) -> int:
         """Whether the epochs taken back are the history the pipeline recovered, given ``first_live`` (the
@@ -391,7 +398,7 @@ class ResultArchive:
         if not ok:
             self._clear(epochs, k, "its epochs are not the history the pipeline recovered")
             return 0
-        self.loaded_ranks = {e: r for e, (_, r, _) in taken.items() if e in older and r is not None}
+        self.loaded_ranks = {e: r for e, (_, r, _, _) in taken.items() if e in older and r is not None}
         # The recovered epochs from k on are published again; the archive resumes after them.
         self.latest = older[-1]
         gap = range(self.latest + 1, first_live.skipped[0] if first_live.skipped else k)
@@ -413,7 +420,7 @@ class ResultArchive:
         to the same history; else none, and the archive is cleared. For a start that took nothing back."""
         if not self.confirm(first_live):
             return []
-        return [r for _, (r, _, _) in sorted(self._take().items())]
+        return [r for _, (r, *_) in sorted(self._take().items())]
 
     def clear(self) -> None:
         """Forget every archived epoch (a service that does not take its history back starts afresh)."""

@@ -28,6 +28,7 @@ import logging
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,12 +159,11 @@ class ViewReader:
         why = self._unfit(state)
         if why is not None:
             return why
-        undo = _UndoReader(self._archive)
         histories = self._store.histories()
         # The histories first: the graph's routes check the graph view's epochs, and read the histories after.
-        if not all(histories[_pair(key)].load_state(s, undo.of(key + ".")) for key, s in state["histories"].items()):
+        if not all(histories[_pair(key)].load_state(s, _undo_of(self._archive, key + ".")) for key, s in state["histories"].items()):
             return "an undo record it names is not in the archive"
-        if not self._store.graph.load_state(state["graph"], undo.of("")):
+        if not self._store.graph.load_state(state["graph"], _undo_of(self._archive, "")):
             return "an undo record it names is not in the archive, or its slots do not fit its columns"
         self.taken = True
         return None
@@ -184,22 +184,14 @@ def _pair(key: str) -> tuple[str, str]:
     return app, field
 
 
-class _UndoReader:
-    """The undo records the archive keeps with each epoch, read once per epoch, for the view and each history."""
-
-    def __init__(self, archive: ResultArchive) -> None:
-        self._archive = archive
-        self._by_epoch: dict[int, dict | None] = {}
-
-    def of(self, prefix: str):
-        def undo_of(epoch: int) -> dict | None:
-            if epoch not in self._by_epoch:
-                got = self._archive.mapped_with_undo(epoch)
-                self._by_epoch[epoch] = None if got is None else got[2]
-            rec = self._by_epoch[epoch]
-            if rec is None:
-                return None
-            if prefix:
-                return {k[len(prefix):]: a for k, a in rec.items() if k.startswith(prefix)}
-            return {k: a for k, a in rec.items() if "." not in k}  # the graph's own keys
-        return undo_of
+def _undo_of(archive: ResultArchive, prefix: str) -> Callable[[int], dict | None]:
+    """The undo records archived with an epoch (:meth:`ResultArchive.undo_of`: read once, at the take-back) that are
+    ``prefix``'s (a history's, ``app.field.``), their keys without it; ``""``: the graph view's own."""
+    def undo_of(epoch: int) -> dict | None:
+        rec = archive.undo_of(epoch)
+        if rec is None:
+            return None
+        if prefix:
+            return {k[len(prefix):]: a for k, a in rec.items() if k.startswith(prefix)}
+        return {k: a for k, a in rec.items() if "." not in k}
+    return undo_of
