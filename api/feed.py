@@ -82,9 +82,12 @@ class ResultFeed:
         # Epochs taken back at the start are not the compute stage's: until its first epoch, ask for all it has.
         taken_back = self._store.provisional
         after, named = (0, 0) if taken_back else (self._store.latest_epoch, len(self._store.names))
-        got = ray.get(self.compute.results_after.remote(after, named, whole))
+        # The epoch of the graph it holds: a compute stage read back whole publishes its first epoch whole
+        # unless it is the stage's own (a clean stop's view, read back at this start).
+        graph_at = self._store.graph.epoch
+        got = ray.get(self.compute.results_after.remote(after, named, whole, graph_at))
         if got is None:  # names the compute actor kept no changes from (it was relaunched): ask in its order
-            got = ray.get(self.compute.results_in_order.remote(after, named, whole))
+            got = ray.get(self.compute.results_in_order.remote(after, named, whole, graph_at))
         results, names = got
         results = owned(results)
         if taken_back and not results:

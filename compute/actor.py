@@ -26,6 +26,7 @@ the order each caller submitted them (a checkpoint after the batch it follows).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from pulsegraph.base.runtime import HeapTrimmer, configure_logging
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine
 from pulsegraph.compute.results import EpochResult
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import loads, read_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 
@@ -66,14 +67,19 @@ class _Kept:
 @ray.remote(concurrency_groups={"status": 1, "results": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
 class ComputeActor:
     def __init__(self, *, config: StageConfig | None = None, restore: tuple[str, str] | None = None,
-                 log_level: str = "INFO") -> None:
-        """``restore``: (path, sha256) of the compute part of a checkpoint."""
+                 whole: bool = False, log_level: str = "INFO") -> None:
+        """``restore``: (path, sha256) of the compute part of a checkpoint; ``whole``: it holds the stage
+        written whole with this config, which goes on (the shards were restored to send ordinary deltas)."""
         configure_logging(log_level)
         saved = None if restore is None else loads(read_verified(Path(restore[0]), restore[1]))
         config = config or StageConfig()
+        self._config = config
         # One partition: the stage makes today's engine itself. More: partition actors owned by this one.
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
-        self._stage = ComputeStage.made(config, saved, factory)
+        self._stage = ComputeStage.made(config, saved, factory, whole)
+        if whole:
+            log.info("compute stage read back whole at epoch %d: %d vertices, %d live edges",
+                     self._stage.epoch, self._stage.graph.n, self._stage.graph.live_edges())
         self._results: collections.deque[_Kept] = collections.deque(maxlen=KEEP_RESULTS)
         self._results_lock = threading.Lock()  # the pull's thread and the batches' share the kept results
         # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose
@@ -106,10 +112,12 @@ class ComputeActor:
             "compute_ms": result.compute_ms.get("pagerank", 0.0), "skipped": result.skipped,
         }
 
-    def checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
+    def checkpoint(self, epoch: int, data_dir: str, whole: bool = False) -> tuple[str, float, str | None]:
         """Write the global ids as of the last epoch merged (``epoch``: the coordinator orders this call
-        after that epoch's ``apply_epochs``); returns the file's sha256 and the seconds it took."""
-        return self._stage.write_checkpoint(epoch, data_dir)
+        after that epoch's ``apply_epochs``), or with ``whole`` the whole stage where it can be (one
+        partition); returns the file's sha256, the seconds it took and the config fingerprint it was
+        written whole with (None: the ids only)."""
+        return self._stage.write_checkpoint(epoch, data_dir, fingerprint(self._config) if whole else None)
 
     def _keep(self, result: EpochResult) -> None:
         """Keep ``result`` with the name changes since the result before (worked out here, on the batch's
@@ -129,17 +137,34 @@ class ComputeActor:
                 self._results.popleft()
             return list(self._results), self._named_at
 
+    def _whole_first(self, graph_at: int | None) -> bool:
+        """Must the next results a consumer pulls be published whole? After a stage read back whole, its
+        first results change the graph of its epoch: a consumer whose graph view is at another epoch
+        (``graph_at``; None: a caller that keeps none) cannot take them over what it holds."""
+        at = self._stage.whole_restored_at
+        if at is None or graph_at is None:
+            return False
+        if graph_at == at:
+            self._stage.whole_restored_at = None  # the consumer goes on from the stage's own epoch
+            return False
+        return True
+
     @ray.method(concurrency_group="results")
-    def results_after(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges] | None:
+    def results_after(
+        self, epoch: int, known_names: int, whole: bool = False, graph_at: int | None = None,
+    ) -> tuple[list[EpochResult], NameChanges] | None:
         """Results newer than ``epoch`` (the caller has every result up to it: those are let go), and
         what the vertex names did for a caller that knows the names of ids below ``known_names`` as
         of ``epoch`` (their renames are let go too, by the next batch). ``whole``: the caller could not
         apply an application's patch (it missed the result before), so the next epoch publishes whole
         arrays. Answered beside a running batch, from what the batches kept; None where the caller's
         names are not where a kept result leaves them (a relaunched stage, results dropped unpulled):
-        then :meth:`results_in_order` answers, after the batch."""
+        then :meth:`results_in_order` answers, after the batch, as it does where the results must be published
+        whole (``graph_at``: the epoch of the caller's graph view; see :meth:`_whole_first`)."""
         if whole:
             self._resend_whole = True
+        if self._whole_first(graph_at):
+            return None
         kept, named_at = self._newer_than(epoch)
         at = next((i for i, k in enumerate(kept) if k.since == (epoch, known_names)), None)
         if at is None:
@@ -153,16 +178,25 @@ class ComputeActor:
             changes = changes.then(k.changes)
         return [k.result for k in newer], changes
 
-    def results_in_order(self, epoch: int, known_names: int, whole: bool = False) -> tuple[list[EpochResult], NameChanges]:
+    def results_in_order(
+        self, epoch: int, known_names: int, whole: bool = False, graph_at: int | None = None,
+    ) -> tuple[list[EpochResult], NameChanges]:
         """:meth:`results_after` for a caller whose names no kept result starts from, in Ray's default group:
-        between batches, the names as of now are the newest result's."""
+        between batches, the names as of now are the newest result's, and so is the graph, which a caller
+        that must have it whole (:meth:`_whole_first`) gets with the newest result."""
         if whole:
             self._stage.apps.resend_whole()
         graph = self._stage.graph
         kept, _ = self._newer_than(epoch)
         changes = graph.name_changes(epoch, known_names)
         graph.forget_renames(epoch)
-        return [k.result for k in kept], changes
+        results = [k.result for k in kept]
+        if results and self._whole_first(graph_at):
+            self._stage.whole_restored_at = None
+            self._stage.apps.resend_whole()  # its patches are of arrays the caller does not hold either
+            whole_graph = dataclasses.replace(graph.whole_changes(), first_ts=None)
+            results = [dataclasses.replace(results[-1], edge_changes=whole_graph, full_changes=True, skipped=[])]
+        return results, changes
 
     def snapshot(self) -> dict:
         return self._stage.graph.snapshot()

@@ -32,6 +32,11 @@ class Backend:
     xp: Any
     sparse: Any
 
+    def __reduce__(self):
+        # By name: a module does not pickle, and a stage written whole (a clean stop's checkpoint) takes
+        # the backend of the process that reads it back.
+        return _backend_named, (self.name,)
+
     @property
     def is_gpu(self) -> bool:
         return self.name == "cupy"
@@ -105,6 +110,10 @@ def _probe_cupy() -> tuple[int, str]:
         return 0, (f"CuPy {cupy.__version__} sees no GPU ({type(exc).__name__}: {exc}); its CUDA major version "
                    "must be one the driver supports: pip install '.[gpu-cuda12]' or '.[gpu-cuda13]' to match nvidia-smi")
     return count, "" if count else f"CuPy {cupy.__version__} sees no GPU"
+
+
+def _backend_named(name: str) -> Backend:
+    return _cupy_backend() if name == "cupy" else _NUMPY
 
 
 def cupy_gpu_count() -> int:

@@ -386,6 +386,13 @@ class GlobalGraph:
     def live_edges(self) -> int:
         return self._live_count
 
+    def whole_changes(self) -> EdgeChanges:
+        """Every live edge as it is now, one row each (a shard keeps one live slot per edge, and an edge is
+        its source's shard's): the changes of an epoch published whole, for a consumer that cannot take
+        the next epoch's changes over what it holds (after a restore of a stage written whole)."""
+        parts = [se.state(np.flatnonzero(se.mult.view > 0)) for _, se in sorted(self._shards.items())]
+        return EdgeChanges.concat(parts) if parts else EdgeChanges.empty()
+
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
         edge may sit in a dead slot and a live one; the live one is the edge. In window mode, as on the

@@ -60,6 +60,11 @@ class NameIndex:
     def __len__(self) -> int:
         return len(self._index)
 
+    def __reduce__(self):
+        # Built again from the names where it is read back (a stage written whole): it keys Python's string
+        # hashes, which differ from process to process.
+        return NameIndex.of, (self._names,)
+
     def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
         held = self._names
         return np.fromiter((held[i] == name for i, name in zip(ids.tolist(), names)), dtype=bool, count=len(names))

@@ -15,6 +15,8 @@ between two iterations.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,10 +48,12 @@ def pagerank_target(alpha: float, tol: float):
     With ``e = y* - y``, ``||y/S - y*/S*||_1 <= 2 ||e||_1 / S*`` and ``||e||_1 <= ||r||_1 / (1 - alpha)``;
     ``S* >= S - ||e||_1``, so asking ``2 ||r||_1 / ((1 - alpha) S) <= tol`` (with tol << 1) suffices."""
 
-    def target(ysum: float, n: float) -> float:
-        return tol * (1.0 - alpha) * ysum / 2.0 * (1.0 - tol)
+    # A partial of a module function, not a closure: a stage written whole (a clean stop) pickles it.
+    return functools.partial(_pagerank_target, alpha, tol)
 
-    return target
+
+def _pagerank_target(alpha: float, tol: float, ysum: float, n: float) -> float:
+    return tol * (1.0 - alpha) * ysum / 2.0 * (1.0 - tol)
 
 
 class PageRank(SolvedRanking):

@@ -31,6 +31,7 @@ stage makes (``update``, ``host_scores``, ``error_bounds``, ``graph_ms``), so a 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps
+from pulsegraph.snapshots.exceptions import CheckpointError
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
 
@@ -104,6 +106,9 @@ class ComputeStage:
         else:
             self.engine = (engine_factory or make_rank_engine)(rank, partitions)
         self.epoch = 0  # the newest epoch merged
+        # The epoch this stage was restored at when read back whole (None: built here, or from the ids): its
+        # consumers may hold another epoch's graph, so its first results are published whole to them.
+        self.whole_restored_at: int | None = None
 
     @property
     def backend_name(self) -> str:
@@ -173,12 +178,25 @@ class ComputeStage:
         """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""
         return {**self.graph.ids_state(), "epoch": self.epoch, "apps": self.apps.state_dict()}
 
-    def write_checkpoint(self, epoch: int, data_dir: str) -> tuple[str, float]:
+    @property
+    def writes_whole(self) -> bool:
+        """Can this stage be written whole (:meth:`write_checkpoint`)? With one engine in this process; P
+        partitions hold their rows in actors of their own, which a checkpoint does not reach."""
+        return isinstance(self.engine, RankEngine)
+
+    def write_checkpoint(self, epoch: int, data_dir: str, whole_as: str | None = None) -> tuple[str, float, str | None]:
         """:meth:`checkpoint_state` as epoch ``epoch``'s compute part (the last epoch merged: the coordinator
-        orders this call after that epoch's :meth:`apply`); returns its sha256 and the seconds it took."""
-        return CheckpointStore(data_dir).write_part(
-            epoch, "compute.ckpt", self.epoch, lambda: dumps(self.checkpoint_state()), "the compute stage",
+        orders this call after that epoch's :meth:`apply`); returns its sha256, the seconds it took, and
+        the fingerprint it was written whole with (None: its ids only, as every periodic checkpoint). ``whole_as``: the stage's config fingerprint
+        (:func:`fingerprint`) where the whole stage is to be written (a clean stop's checkpoint): its
+        merged graph, ranking vectors and applications, so that a start with the same config goes on
+        from them instead of merging and solving the shards' whole graph again."""
+        whole = whole_as is not None and self.writes_whole
+        state = (lambda: {"whole": whole_as, "stage": self}) if whole else self.checkpoint_state
+        digest, seconds = CheckpointStore(data_dir).write_part(
+            epoch, "compute.ckpt", self.epoch, lambda: dumps(state()), "the compute stage",
         )
+        return digest, seconds, whole_as if whole else None
 
     @classmethod
     def restored(
@@ -187,17 +205,33 @@ class ComputeStage:
     ) -> "ComputeStage":
         """The ids and applications of a checkpoint; the ranking starts empty (one partition or P new ones)
         and is rebuilt from the shards' first, whole deltas, as it always was."""
+        if "stage" in saved:  # a stage written whole, taken with another config: its ids and applications
+            saved = saved["stage"].checkpoint_state()
         return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"),
                    partitions=partitions, engine_factory=engine_factory)
 
     @classmethod
     def made(cls, config: StageConfig, saved: dict | None = None,
-             engine_factory: EngineFactory | None = None) -> "ComputeStage":
+             engine_factory: EngineFactory | None = None, whole: bool = False) -> "ComputeStage":
         """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
-        ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process)."""
+        ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process).
+        ``whole``: ``saved`` holds the stage written whole with this very config (the launch checked its
+        fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on."""
         c = config
         if saved is None:
             return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
                        engine_factory=engine_factory)
+        if whole:
+            if saved.get("whole") != fingerprint(c):
+                raise CheckpointError("the compute checkpoint does not hold the stage written whole with this config")
+            stage: ComputeStage = saved["stage"]
+            stage.whole_restored_at = stage.epoch
+            return stage
         return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory)
+
+
+def fingerprint(config: StageConfig) -> str:
+    """What a stage written whole must be read back with: its config (edge types, ranking, applications, id
+    reuse, one partition); a start with another config rebuilds from the shards' whole deltas instead."""
+    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
 

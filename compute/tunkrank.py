@@ -26,6 +26,8 @@ scores are not normalised; below a sum of 1, at most ``tol``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -45,10 +47,12 @@ def tunkrank_target(p: float, tol: float):
     ``tol * max(sum(I), 1)``, with ``sum(I) = (sum(g) - sum(b)) / p`` (``n`` here is ``sum(b)``: the
     vertices in the snapshot)."""
 
-    def target(gsum: float, n: float) -> float:
-        return tol * (1.0 - p) * max(gsum - n, p) * (1.0 - tol)
+    # A partial of a module function, not a closure: a stage written whole (a clean stop) pickles it.
+    return functools.partial(_tunkrank_target, p, tol)
 
-    return target
+
+def _tunkrank_target(p: float, tol: float, gsum: float, n: float) -> float:
+    return tol * (1.0 - p) * max(gsum - n, p) * (1.0 - tol)
 
 
 class TunkRank(SolvedRanking):

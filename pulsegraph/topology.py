@@ -27,13 +27,12 @@ from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.api.viewfile import ViewReader, save_view
 from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.partition_actor import check_gpus
-from pulsegraph.compute.stage import StageConfig
-from pulsegraph.errors import PipelineError, PulsegraphError
+from pulsegraph.compute.stage import StageConfig, fingerprint
+from pulsegraph.errors import PulsegraphError
 from pulsegraph.identity import check_resumable
 from pulsegraph.ingest.actor import IngestActor, IngestConfig
 from pulsegraph.ingest.sources import SourceSpec
-from pulsegraph.ingest.sources.kafka_clients import TopicInfo, describe_topic
-from pulsegraph.ingest.sources.kafka_faults import diagnose
+from pulsegraph.ingest.sources.kafka_clients import TopicInfo
 from pulsegraph.lock import DataDirLock
 from pulsegraph.memory import MemoryGuard
 from pulsegraph.ray_cluster import alive_nodes, init_ray
@@ -44,6 +43,7 @@ from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
 from pulsegraph.snapshots.recovery import plan_recovery
 from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.supervisor import STATUS_TIMEOUT_S, Supervisor
+from pulsegraph.topic_wait import wait_for_topic
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ TEARDOWN_TIMEOUT_S = 30.0
 STARTED_WAIT_S = 120.0
 # The pipeline's start waits this long at most for the graph view a clean stop kept to be read back (viewfile).
 VIEW_WAIT_S = 20.0
+# A clean stop's ranking of what was sealed and its checkpoint with the compute stage whole (a batch at 30 M edges: ~30-60 s).
+FINISH_S = 90.0
 
 
 def _summed(*counts: dict[str, int]) -> dict[str, int]:
@@ -263,13 +265,17 @@ class Pipeline:
         if s.source == "synthetic":
             self.events_log.touch()
         restore_ids = (str(manifest.compute_path), manifest.compute) if manifest and manifest.compute else None
+        stage_config = StageConfig.from_settings(s, s.ranked_types)
+        # A clean stop wrote the compute stage whole: with the same config it goes on from it, and the shards
+        # send ordinary deltas (no whole-graph epoch to merge and solve again); else the shards resend all.
+        whole = bool(restore_ids and manifest and manifest.compute_whole == fingerprint(stage_config) and parts == 1)
         # With partitions the ranking (and its GPU) is theirs: each asks for a GPU, the compute actor for none.
         check_gpus(s.device, parts)
         gpus = 1 if s.device == "cuda" and parts == 1 else 0
         # Actors get typed configs made here, never the Settings: no token or password travels to an actor.
         # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
         self.compute = ComputeActor.options(num_gpus=gpus).remote(  # type: ignore[attr-defined]
-            config=StageConfig.from_settings(s, s.ranked_types), restore=restore_ids, log_level=s.log_level,
+            config=stage_config, restore=restore_ids, whole=whole, log_level=s.log_level,
         )
         self._partitions = self.compute.partition_actors.remote() if parts > 1 else None
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
@@ -278,7 +284,7 @@ class Pipeline:
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 shard=i, window=s.window,
-                restore=None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]),
+                restore=None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]), resend_all=not whole,
             )
             for i in range(n_shards)
         ]
@@ -306,6 +312,22 @@ class Pipeline:
             if parts
         ]
         ray.get([self.coordinator.start.remote()] + [a.start.remote() for a in self.ingest])
+
+    def _finish(self) -> None:
+        """Sources stopped: all they delivered sealed, ranked, checkpointed with the compute stage whole
+        (:meth:`Coordinator.finish`) and served, so the view the stop keeps is of that epoch. Bounded by :data:`FINISH_S`."""
+        if self.coordinator is None or not self.settings.checkpoint_every:
+            return
+        deadline = time.monotonic() + FINISH_S
+        try:
+            epoch = ray.get(self.coordinator.finish.remote(FINISH_S), timeout=FINISH_S + STATUS_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - stopping must go on
+            log.exception("coordinator did not finish cleanly")
+            return
+        while epoch is not None and self.feed is not None and self.feed.running and time.monotonic() < deadline:
+            if self.store.latest_epoch >= epoch:
+                return
+            time.sleep(0.05)
 
     def _partition_actors(self) -> list:
         """The compute actor's partition actors, asked for at launch (answered before its first epoch, so a
@@ -354,30 +376,10 @@ class Pipeline:
             self.feed.compute = self.compute
 
     def _kafka_topic(self) -> TopicInfo:
-        """The broker's description of the topic; waits (reporting "disconnected") while the broker is unreachable."""
-        from kafka.errors import KafkaError
+        def report(status: dict) -> None:
+            self._status = status
 
-        from pulsegraph.ingest.exceptions import SourceError
-
-        delay = 0.5
-        while True:
-            since = time.monotonic()
-            try:
-                return describe_topic(str(self.settings.bootstrap), str(self.settings.topic), self.kafka_config)
-            except (KafkaError, SourceError) as exc:
-                # Unreachable, refusing us (credentials, certificates, ACLs: a fault, with the action), or the
-                # topic is not there yet (a producer may be about to create it).
-                fault = diagnose(exc, str(self.settings.bootstrap), self.kafka_config, self.settings.topic, self.settings.group,
-                                 since) if isinstance(exc, KafkaError) else None
-                state = "faulted" if fault else "disconnected" if isinstance(exc, KafkaError) else "waiting for the topic"
-                self._status = {"status": "degraded", "ingest": state, "error": fault or f"Kafka: {exc}"}
-                if fault:
-                    log.error("%s", fault)
-                else:
-                    log.warning("Kafka at %s: %s; retrying in %.1f s", self.settings.bootstrap, exc, delay)
-                if self._stop.wait(delay):
-                    raise PipelineError("stopped while waiting for Kafka") from exc
-                delay = min(delay * 2, 10.0)
+        return wait_for_topic(self.settings, self.kafka_config, self._stop, report)
 
     def _epoch_arrived(self, view: EpochView) -> None:
         if self.results is not None:
@@ -476,17 +478,18 @@ class Pipeline:
             self._lock.release()
 
     def _stop_locked(self) -> None:
+        for a in self.ingest:
+            try:
+                ray.get(a.stop.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - stopping must go on
+                log.exception("ingest actor did not stop cleanly")
+        self._finish()
         if self.feed is not None:
             self.feed.stop()
         if self.settings.archive_results and (self.feed is None or not self.feed.running):
             save_view(self.store, self.archive)  # for the next start to answer the graph's routes at once
         if self.results is not None:
             self.results.stop()  # after the feed: the epochs it delivered last get their chance
-        for a in self.ingest:
-            try:
-                ray.get(a.stop.remote(), timeout=60)
-            except Exception:  # noqa: BLE001 - stopping must go on
-                log.exception("ingest actor did not stop cleanly")
         if self.coordinator is not None:
             try:
                 ray.get(self.coordinator.stop.remote(), timeout=60)

@@ -171,6 +171,8 @@ class Manifest:
     directory: str
     compute: str | None = None  # sha256 of compute.ckpt: the downstream ids as of this epoch
     late: int = 0  # with a window: late transactions of every epoch up to this one (a function of the vectors)
+    # The config fingerprint of a compute stage written whole (a clean stop's checkpoint); None: its ids only.
+    compute_whole: str | None = None
 
     @property
     def compute_path(self) -> Path:
@@ -213,16 +215,18 @@ class CheckpointStore:
 
     def commit(
         self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None,
-        late: int = 0,
+        late: int = 0, compute_whole: str | None = None,
     ) -> Manifest:
         folder = self.folder(epoch)
         body = {
             "epoch": epoch, "vector": vector, "valid": valid,
             "shards": {str(k): v for k, v in shards.items()}, "compute": compute, "late": late,
         }
+        if compute_whole is not None:
+            body["compute_whole"] = compute_whole
         write_atomic(folder / "MANIFEST", json.dumps(body, sort_keys=True).encode())
         self._prune()
-        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late)
+        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late, compute_whole)
 
     def oldest(self) -> int | None:
         """The epoch of the oldest committed checkpoint kept: the furthest back a launch may fall back to
@@ -255,6 +259,7 @@ class CheckpointStore:
                 m = Manifest(
                     body["epoch"], body["vector"], body["valid"],
                     {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"), int(body.get("late", 0)),
+                    body.get("compute_whole"),
                 )
                 for shard, digest in m.shards.items():
                     read_verified(m.shard_path(shard), digest)

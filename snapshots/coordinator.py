@@ -20,7 +20,9 @@ the actor (:mod:`~pulsegraph.snapshots.coordinator_actor`) passes Ray handles, u
   one passed over is written when the pause ends if the stream went quiet meanwhile.
 - **Recovery.** The epoch each hand-off ends at is marked ranked beside the log; a re-cut after a
   crash ends its hand-offs at the same epochs and checkpoints re-cut epochs at the multiples. ``stop``
-  lets the hand-off in flight finish and leaves queued epochs, sealed and logged, to the next launch.
+  lets the hand-off in flight finish and leaves queued epochs, sealed and logged, to the next launch;
+  a clean stop calls :meth:`Coordinator.finish` first: every delivered record sealed and ranked, and the
+  newest epoch a checkpoint with the consumer written whole, so the next launch re-cuts and rebuilds nothing.
 - A failure in the consumer fails the pipeline (``status()["failed"]``): nothing goes on ranking a
   graph that missed an epoch. BENCHMARKS.md (the soak, windows) has the measurements behind these.
 """
@@ -31,85 +33,29 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 from pulsegraph.snapshots.checkpoint import CheckpointPace, CheckpointStore
-from pulsegraph.snapshots.delta import ShardSummary, late_transactions
+from pulsegraph.snapshots.delta import late_transactions
 from pulsegraph.snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from pulsegraph.snapshots.exceptions import EpochOrderError
 from pulsegraph.snapshots.recovery import RecoveryPlan
+from pulsegraph.snapshots.stages import (
+    CHECKPOINT_PAUSE_FROM_S,
+    IDLE_CHECKPOINT_POLL_S,
+    MAX_QUEUED,
+    RECENT,
+    STOP_WAIT_S,
+    CoordinatorConfig,
+    Pending,
+    Stages,
+)
+
+__all__ = [
+    "CHECKPOINT_PAUSE_FROM_S", "IDLE_CHECKPOINT_POLL_S", "MAX_QUEUED", "RECENT", "STOP_WAIT_S", "Coordinator",
+    "CoordinatorConfig", "Pending", "Stages",
+]
 
 log = logging.getLogger(__name__)
-
-# Sealed epochs waiting for the consumer: beyond this the cut waits, so a consumer that stalls
-# makes epochs larger instead of queueing delta references without bound (a backstop for a
-# coordinator run without the supervisor's backpressure, which pauses ingest at max_queued_bytes).
-MAX_QUEUED = 64
-# Epochs kept for status(): a few minutes at the default interval.
-RECENT = 256
-# Checkpoints quicker than this never pause the next ones: a small graph keeps one every
-# --checkpoint-every epochs, as before the budget.
-CHECKPOINT_PAUSE_FROM_S = 0.25
-# How often an idle hand-off thread looks whether a checkpoint the pause passed over may be written now.
-IDLE_CHECKPOINT_POLL_S = 1.0
-# stop() waits this long for the hand-off in flight (its checkpoint, if it ends at one, is then
-# committed); the wiring's own wait on stop() is longer.
-STOP_WAIT_S = 30.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class CoordinatorConfig:
-    """How the coordinator cuts, checkpoints and bounds what waits for the consumer.
-
-    ``interval_s``: seconds between cuts (None: only :meth:`Coordinator.cut` called by hand cuts).
-    ``checkpoint_every``: a checkpoint once this many epochs were sealed since the last (0: none; needs
-    ``data_dir``). ``window``: the sliding window in seconds (None: the graph keeps everything).
-    ``log_keep``: the newest epochs the log keeps even once a checkpoint covers them (it is compacted
-    after each checkpoint). ``checkpoint_budget``: the share of its time a stage may spend writing
-    checkpoints (1: no pause); checkpoints quicker than ``checkpoint_pause_from_s`` never pause.
-    ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
-    hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
-    ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest sealed
-    one before :meth:`Coordinator.status` says the lag is over its bound (None: no bound, only reported).
-    ``clock``: the monotonic clock the checkpoint pause is timed by."""
-
-    log_path: str
-    interval_s: float | None = None
-    data_dir: str | None = None
-    checkpoint_every: int = 0
-    window: float | None = None
-    log_keep: int = 0
-    checkpoint_budget: float = 1.0
-    checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S
-    max_queued_bytes: int | None = None
-    max_result_lag: float | None = None
-    clock: Callable[[], float] = time.monotonic
-
-
-# A call made: calling it waits for its answer (a Ray future's ray.get, or a value computed already).
-Pending = Callable[[], Any]
-
-
-class Stages(Protocol):
-    """The shards and the consumer, as the coordinator calls them (each shard applies after every batch
-    delivered to it before the call; the consumer gets sealed epochs in order, several where it was busy)."""
-
-    @property
-    def has_consumer(self) -> bool: ...
-
-    def apply(self, epoch: int, vector: dict[str, int], watermark: float | None) -> tuple[list[ShardSummary], list]:
-        """Every shard applies through ``vector``; their summaries, and their deltas as the consumer takes them."""
-
-    def checkpoint_shards(self, epoch: int, data_dir: str) -> Pending:
-        """Every shard starts writing its part as of ``epoch``; waiting gives each one's (sha256, seconds stalled)."""
-
-    def consume(self, infos: list[EpochInfo], deltas: Sequence) -> dict:
-        """The consumer merges ``infos`` (``deltas``: theirs, epoch by epoch), ranks the newest, and answers."""
-
-    def checkpoint_consumer(self, epoch: int, data_dir: str) -> Pending:
-        """The consumer starts writing its part as of ``epoch``, the last it merged; waiting gives (sha256, seconds)."""
 
 
 class Coordinator:
@@ -169,6 +115,7 @@ class Coordinator:
         self._lag_peak = 0.0
         self._failed: str | None = None
         self._stop = threading.Event()
+        self._no_more_cuts = threading.Event()  # set by stop() and a clean stop's finish(): the cutter's loop ends
         self._thread: threading.Thread | None = None
         self._handoff = threading.Thread(target=self._hand_off_loop, name="epoch-handoff", daemon=True)
         self._handoff.start()
@@ -183,6 +130,7 @@ class Coordinator:
         the epochs still queued are sealed and logged, and the next launch re-cuts them (see the module
         docstring). ``flush`` first for a consumer that must have every sealed epoch."""
         self._stop.set()
+        self._no_more_cuts.set()
         with self._queued:
             self._queued.notify_all()
         if self._thread is not None:
@@ -213,7 +161,7 @@ class Coordinator:
 
     def _loop(self) -> None:
         wait = self.config.interval_s
-        while not self._stop.wait(wait):
+        while not self._no_more_cuts.wait(wait):
             try:
                 info = self.cut()
             except Exception:  # noqa: BLE001 - the failed epoch is recorded; cutting stops
@@ -402,25 +350,30 @@ class Coordinator:
         if batch[-1][2] is not None:
             self._checkpoint(*batch[-1][2])
 
-    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int = 0) -> None:
+    def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int = 0, whole: bool = False) -> bool:
         try:
-            self._commit_checkpoint(epoch, valid, shards_written, late)
+            self._commit_checkpoint(epoch, valid, shards_written, late, whole)
+            return True
         except Exception:  # noqa: BLE001 - the epoch stays sealed; the next checkpoint tries again
             log.exception("checkpoint of epoch %d failed", epoch.number)
+            return False
 
-    def _commit_checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int) -> None:
-        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it), the shards'
-        files written at the cut, then the manifest: the epoch is DURABLE."""
+    def _commit_checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int, whole: bool) -> None:
+        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it; ``whole``: its whole
+        state where it can write it), the shards' files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None and self._data_dir is not None  # only where checkpoints are configured
         stages = self._stages
-        compute = stages.checkpoint_consumer(epoch.number, self._data_dir) if stages.has_consumer else None
+        compute = stages.checkpoint_consumer(epoch.number, self._data_dir, whole) if stages.has_consumer else None
         written = shards_written()  # (sha256, seconds the write stalled the shard) each
-        compute_digest, compute_s = compute() if compute is not None else (None, 0.0)
+        # (sha256, seconds, the config fingerprint of a stage written whole or None)
+        compute_digest, compute_s, compute_whole = compute() if compute is not None else (None, 0.0, None)
         self._checkpoints.commit(
             epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, compute_digest, late,
+            compute_whole,
         )
         self._pace.done(max([compute_s, *(s for _, s in written)]))
-        epoch.advance(EpochStatus.DURABLE)
+        if epoch.status is not EpochStatus.DURABLE:  # a stop's checkpoint may write the newest durable one again, whole
+            epoch.advance(EpochStatus.DURABLE)
         with self._lock:
             self._durable, self._durable_epoch = dict(epoch.vector), epoch.number
         oldest = self._checkpoints.oldest()
@@ -431,17 +384,55 @@ class Coordinator:
             if dropped:
                 log.info("epoch log compacted: %d entries before epoch %d dropped, %d kept", dropped, oldest, len(self._log))
 
-    def flush(self) -> None:
-        """Wait until the consumer has finished every epoch sealed so far (or the hand-off failed, or stopped).
-        Cuts go on meanwhile: the hand-off thread takes the cut lock to place checkpoints."""
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until the consumer has finished every epoch sealed so far (or the hand-off failed, or stopped,
+        or ``timeout_s`` passed). Cuts go on meanwhile: the hand-off thread takes the cut lock to place checkpoints."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cut_lock:
             target = self._last.number if self._last else 0
         with self._queued:
             while (
                 self._handed_through < target and (self._queue or self._busy)
                 and not self._failed and self._handoff.is_alive()
+                and (deadline is None or time.monotonic() < deadline)
             ):
                 self._queued.wait(1.0)
+
+    def finish(self, timeout_s: float) -> int | None:
+        """A clean stop's last steps, before :meth:`stop`, once the sources stopped delivering: no more cuts on
+        the timer, one last cut of what was delivered, every sealed epoch ranked, and the newest made a
+        checkpoint with the consumer's whole state, so the next start re-cuts nothing and the consumer goes
+        on from its merged graph, vectors and applications instead of merging and solving the shards' whole
+        graph again. Gives up after ``timeout_s`` (the stop then leaves what a crash would). Returns the
+        checkpoint's epoch, or None where none was written."""
+        if self._checkpoints is None or self._data_dir is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        self._no_more_cuts.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+        try:
+            self.cut()
+        except Exception:  # noqa: BLE001 - recorded as the epoch's failure; the stop goes on without a checkpoint
+            log.exception("the last cut of the stop failed")
+        self.flush(max(deadline - time.monotonic(), 0.0))
+        with self._queued:
+            self._stop.set()  # the hand-off thread ends once it is idle (every sealed epoch handed over)
+            self._queued.notify_all()
+        self._handoff.join(timeout=max(deadline - time.monotonic(), 0.0))
+        last = self._last
+        handed = not self._stages.has_consumer or (last is not None and self._handed_through == last.number)
+        if self._handoff.is_alive() or self._failed or self._replay or last is None or last.valid is None or not handed:
+            log.warning("stopping without a checkpoint of the newest epoch: %s", "the consumer did not finish in time"
+                        if self._handoff.is_alive() or not handed else "no epoch, a failure, or a recovery under way")
+            return None
+        t0 = time.perf_counter()
+        with self._cut_lock:
+            epoch, valid, shards_written, late = self._checkpoint_parts(last)
+        if not self._checkpoint(epoch, valid, shards_written, late, whole=True):
+            return None
+        log.info("stop: epoch %d checkpointed with the compute stage in %.1f s", last.number, time.perf_counter() - t0)
+        return last.number
 
     def queue_status(self) -> dict:
         """The sealed epochs waiting for the consumer (how many, their deltas' bytes), the deltas of the

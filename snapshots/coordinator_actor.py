@@ -43,8 +43,8 @@ class ActorStages:
     def consume(self, infos: list[EpochInfo], deltas: Sequence) -> dict:
         return ray.get(self._consumer.apply_epochs.remote(infos, *deltas))
 
-    def checkpoint_consumer(self, epoch: int, data_dir: str) -> Pending:
-        ref = self._consumer.checkpoint.remote(epoch, data_dir)
+    def checkpoint_consumer(self, epoch: int, data_dir: str, whole: bool = False) -> Pending:
+        ref = self._consumer.checkpoint.remote(epoch, data_dir, whole)
         return lambda: ray.get(ref)
 
 

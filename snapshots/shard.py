@@ -20,13 +20,16 @@ from pulsegraph.snapshots.store import ShardStore
 
 @ray.remote
 class ShardActor:
-    def __init__(self, *, shard: int, window: float | None = None, restore: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, *, shard: int, window: float | None = None, restore: tuple[str, str] | None = None, resend_all: bool = True,
+    ) -> None:
         """``restore``: (path, sha256) of this shard's file in a checkpoint, read from storage every node sees.
-        ``window``: the sliding window in seconds (None: the graph keeps everything)."""
+        ``window``: the sliding window in seconds (None: the graph keeps everything). ``resend_all``: the first
+        delta after a restore is the whole shard (False: the compute stage was read back whole at its epoch)."""
         if restore is None:
             self._store = ShardStore(shard, window)
         else:
-            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]))
+            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]), resend_all)
             if self._store.shard != shard:
                 raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
             if self._store.window != window:

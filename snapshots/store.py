@@ -405,9 +405,10 @@ class ShardStore:
         )
 
     @classmethod
-    def restore(cls, payload: bytes | list) -> "ShardStore":
+    def restore(cls, payload: bytes | list, resend_all: bool = True) -> "ShardStore":
         """A store in the state :meth:`state` saved (the file's payload, or the chunks themselves); its next
-        delta carries everything, so a downstream stage that starts empty is rebuilt by it."""
+        delta carries everything, so a downstream stage that starts empty is rebuilt by it, unless
+        ``resend_all`` is False: the downstream stage was restored whole at this very epoch."""
         st = loads(payload if isinstance(payload, bytes) else b"".join(payload))
         w = st.get("window")
         # The release cadence decides which epochs release ids (and so the global ids): the saved one.
@@ -432,7 +433,7 @@ class ShardStore:
             store.attrs.load(st["attrs"])
             store._stamps.load(st["stamps"])
         store.edges.load(st["edges"])
-        store._resend_all = True
+        store._resend_all = resend_all
         return store
 
     # -- reading ------------------------------------------------------------

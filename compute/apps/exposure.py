@@ -36,24 +36,19 @@ from __future__ import annotations
 import itertools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from pulsegraph.base.arrays import unique
-from pulsegraph.compute.apps.base import (
-    AppDelta,
-    AppGraph,
-    Application,
-    AppResult,
-    expand,
-)
+from pulsegraph.compute.apps.base import AppDelta, AppGraph, Application, expand
+from pulsegraph.compute.apps.topics import MAX_K, ExposureState, Topic, TopicsResult
+
+__all__ = ["MAX_K", "MENTIONS", "TAGS", "Exposure", "ExposureState", "Topic", "TopicsResult"]
 
 TAGS = "tags"
 MENTIONS = "mentions"
-# The curve's points: p(1..8), as Kineograph and the dashboard show it.
-MAX_K = 8
 # A recount holds at most about this many (user, hashtag) exposure pairs at once (~16 bytes each
 # in SciPy's product; ~60 in the split of the adopters' exposures): users, and mention edges, are
 # counted in chunks under it. On a power-law mention graph the pairs
@@ -70,32 +65,6 @@ GROUP_ADOPTIONS = 1_000_000
 EDGE_BLOCK = 2_000_000
 _SHIFT = np.int64(32)
 _LOW = np.int64(0xFFFFFFFF)
-
-
-@dataclass
-class Topic:
-    usage: int
-    users: int
-    reached: np.ndarray  # int64[MAX_K]: users who reached k = 1..MAX_K exposures
-    adopted: np.ndarray  # int64[MAX_K]: users who adopted with exactly k exposures
-
-    def curve(self) -> list[float | None]:
-        return [float(a / r) if r else None for a, r in zip(self.adopted.tolist(), self.reached.tolist())]
-
-    def persistence(self) -> float:
-        p = np.where(self.reached > 0, self.adopted / np.maximum(self.reached, 1), 0.0)
-        peak = float(p.max()) if len(p) else 0.0
-        return float(p.sum() / (MAX_K * peak)) if peak > 0 else 0.0
-
-
-@dataclass
-class ExposureState:
-    # Adoption stamps of the taggings whose edge has no time, sorted by key = user << 32 | hashtag.
-    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    epochs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    topics: dict[int, Topic] = field(default_factory=dict)
-    as_of: int = 0  # the epoch the curves were last counted at
 
 
 def _pack(u: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -324,19 +293,17 @@ def _merged(state: ExposureState, counted: dict[int, Topic], epoch: int, hashtag
     return ExposureState(state.keys, state.epochs, state.times, topics, epoch)
 
 
-@dataclass(frozen=True)
-class TopicsResult(AppResult):
-    """The hashtags' K-exposure curves, most persistent first: per tag (``tags``, vertex ids) its usage,
-    users and persistence, ``curve[i, k-1]`` the share of users exposed k times who adopted (NaN: none
-    exposed k times) and ``reached[i, k-1]`` how many were; ``as_of``: the epoch they were counted at."""
+class _Counted:
+    """A recount that finished, as :meth:`Exposure._background` takes it in (a future's two calls)."""
 
-    tags: np.ndarray
-    usage: np.ndarray
-    users: np.ndarray
-    persistence: np.ndarray
-    curve: np.ndarray
-    reached: np.ndarray
-    as_of: int
+    def __init__(self, topics: dict[int, Topic]) -> None:
+        self.topics = topics
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> dict[int, Topic]:
+        return self.topics
 
 
 class Exposure(Application):
@@ -358,6 +325,24 @@ class Exposure(Application):
         # searches release the GIL), one at a time, so a long recount never holds up an epoch.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
         self._running: tuple[Future, int, float, np.ndarray | None] | None = None  # (future, epoch, started, hashtags)
+
+    def __getstate__(self) -> dict:
+        """For a stage written whole (a clean stop): the recount in flight is waited for and kept as done, and
+        the thread pool is not kept (nor the monotonic times, which mean nothing to another process)."""
+        state = dict(self.__dict__)
+        if self._running is not None:
+            future, counted_at, _, counted = self._running
+            state["_running"] = (_Counted(future.result()), counted_at, None, counted)
+        state["_pool"], state["_next_count_at"] = None, 0.0
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._budget:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure")
+        if self._running is not None:
+            done, counted_at, _, counted = self._running
+            self._running = (done, counted_at, time.monotonic(), counted)
 
     # -- stamps ------------------------------------------------------------------------------
     def _stamp(self, graph: AppGraph, state: ExposureState, users: np.ndarray, tags: np.ndarray) -> ExposureState:

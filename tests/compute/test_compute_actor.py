@@ -13,7 +13,8 @@ import time
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
+from pulsegraph.snapshots.checkpoint import CheckpointStore
 from tests.compute.test_apps import tweet
 from tests.compute.test_stage import seal
 
@@ -86,3 +87,38 @@ def test_a_result_is_pulled_while_the_next_batch_runs_with_the_names_as_of_its_e
         assert ray.get(actor.results_after.remote(2, len(names_2)), timeout=60)[0] == []
     finally:
         ray.kill(actor)
+
+
+def test_a_stage_read_back_whole_publishes_its_first_epoch_whole_to_a_consumer_whose_graph_is_another_epochs(ray_cluster, tmp_path):
+    """A clean stop wrote the stage whole at epoch 1: the restarted actor goes on from it with ordinary deltas.
+    A consumer whose graph view is of epoch 1 (the view that stop kept) gets the next epoch's changes; one
+    whose graph is another epoch's (no view kept, or a relaunch later on) gets the newest epoch whole."""
+    first, second = sealed_epochs(2_000, 1_000)
+    stage = ComputeStage.made(StageConfig())
+    stage.apply([first])
+    digest, _, whole_as = stage.write_checkpoint(1, str(tmp_path), fingerprint(StageConfig()))
+    assert whole_as == fingerprint(StageConfig())
+    reference = stage.apply([second])  # what a stage that never stopped publishes for epoch 2
+    path = str(CheckpointStore(tmp_path).folder(1) / "compute.ckpt")
+    for graph_at in (1, 0):
+        actor = ComputeActor.remote(config=StageConfig(), restore=(path, digest), whole=True)
+        try:
+            assert ray.get(actor.latest_epoch.remote(), timeout=60) == 1
+            # The shards, restored with it, send the second epoch's delta only (``second`` is one).
+            ray.get(actor.apply_epochs.remote([second.info], *second.deltas), timeout=120)
+            got = ray.get(actor.results_after.remote(0, 0, False, graph_at), timeout=60)
+            if got is None:
+                got = ray.get(actor.results_in_order.remote(0, 0, False, graph_at), timeout=60)
+            (result,), _ = got
+            assert result.epoch == 2 and all((result.scores[k] == reference.scores[k]).all() for k in reference.scores)
+            changed = {(s, d, t, m) for s, d, t, m in zip(*(getattr(result.edge_changes, f).tolist() for f in ("src", "dst", "etype", "mult")))}
+            if graph_at == 1:
+                assert not result.full_changes and len(result.edge_changes) == len(reference.edge_changes)
+            else:
+                live = ComputeStage.made(StageConfig())
+                live.apply([first, second])
+                whole = live.graph.whole_changes()
+                assert result.full_changes and len(result.edge_changes) == live.graph.live_edges()
+                assert changed == {(s, d, t, m) for s, d, t, m in zip(*(getattr(whole, f).tolist() for f in ("src", "dst", "etype", "mult")))}
+        finally:
+            ray.kill(actor)

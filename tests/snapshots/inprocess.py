@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore
 from pulsegraph.snapshots.coordinator import Pending
 from pulsegraph.snapshots.epoch import EpochInfo
@@ -19,11 +19,18 @@ from pulsegraph.snapshots.store import ShardStore, ShardSummary
 
 
 class InProcessStages:
-    def __init__(self, stores: list[ShardStore], stage: ComputeStage | None, gate: threading.Event | None = None) -> None:
+    def __init__(
+        self, stores: list[ShardStore], stage: ComputeStage | None, gate: threading.Event | None = None,
+        config: StageConfig | None = None,
+    ) -> None:
+        """``config``: what ``stage`` was made with, which a stage written whole is fingerprinted by."""
         self.stores = stores
         self.stage = stage
+        self.config = config or StageConfig()
         self.gate = gate
         self.batches: list[list[int]] = []  # the epochs of each hand-off, as the consumer got them
+        self.results: list = []  # the consumer's result of each hand-off
+        self.full_deltas = 0  # deltas that named a shard's whole state (the first after a restore, unless told not to)
 
     @property
     def has_consumer(self) -> bool:
@@ -31,6 +38,7 @@ class InProcessStages:
 
     def apply(self, epoch: int, vector: dict[str, int], watermark: float | None) -> tuple[list[ShardSummary], list]:
         pairs = [store.apply(epoch, vector, watermark) for store in self.stores]
+        self.full_deltas += sum(delta.full for _, delta in pairs)
         return [summary for summary, _ in pairs], [delta for _, delta in pairs]
 
     def checkpoint_shards(self, epoch: int, data_dir: str) -> Pending:
@@ -44,9 +52,10 @@ class InProcessStages:
         if self.gate is not None:
             assert self.gate.wait(60), "the test never opened the gate"
         result = self.stage.apply(SealedEpoch.split(infos, deltas))
+        self.results.append(result)
         return {"epoch": result.epoch}
 
-    def checkpoint_consumer(self, epoch: int, data_dir: str) -> Pending:
+    def checkpoint_consumer(self, epoch: int, data_dir: str, whole: bool = False) -> Pending:
         assert self.stage is not None
-        written = self.stage.write_checkpoint(epoch, data_dir)
+        written = self.stage.write_checkpoint(epoch, data_dir, fingerprint(self.config) if whole else None)
         return lambda: written

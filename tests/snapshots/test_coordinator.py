@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from pulsegraph.snapshots.coordinator import IDLE_CHECKPOINT_POLL_S, Coordinator, CoordinatorConfig
 from pulsegraph.snapshots.epoch import EpochInfo, EpochLog
-from pulsegraph.snapshots.exceptions import EpochOrderError
+from pulsegraph.snapshots.exceptions import CheckpointError, EpochOrderError
 from pulsegraph.snapshots.recovery import plan_recovery
 from pulsegraph.snapshots.store import ShardStore
 from tests.graphref import reference
@@ -30,6 +30,7 @@ RECORDS = [
     (o, json.dumps([{"op": "add_edge", "src": f"u{o}", "dst": f"v{o % 7}", "type": "link"}]).encode()) for o in range(60)
 ]
 PER_EPOCH = 5
+STAGE = StageConfig(rank_types=("link",))
 
 
 class Harness:
@@ -39,8 +40,8 @@ class Harness:
     def __init__(self, config: CoordinatorConfig, gate: threading.Event | None = None, consumer: bool = True,
                  stores: list[ShardStore] | None = None, stage: ComputeStage | None = None, resume=None) -> None:
         stores = stores or [ShardStore(i) for i in range(2)]
-        stage = stage or (ComputeStage(("link",)) if consumer else None)
-        self.stages = InProcessStages(stores, stage, gate)
+        stage = stage or (ComputeStage.made(STAGE) if consumer else None)
+        self.stages = InProcessStages(stores, stage, gate, STAGE)
         self.coordinator = Coordinator(self.stages, config, resume)
 
     def deliver(self, e: int) -> None:
@@ -264,6 +265,56 @@ def test_after_a_crash_the_logged_epochs_are_cut_again_with_their_numbers_and_ve
     assert [e.vector for e in EpochLog.read(str(data / "epochs.log"))] == [e.vector for e in logged]
     assert again.stages.stage.graph.snapshot() == reference({"p": RECORDS}, {"p": 25}, "multi")
     assert again.cut(6).vector == {"p": 30}, "new epochs go on after the re-cut ones"
+
+
+def test_a_clean_stop_checkpoints_its_last_epoch_with_the_stage_whole_and_the_next_start_goes_on_from_it(tmp_path, harnesses):
+    """A clean stop seals what was delivered, ranks it, and checkpoints that epoch with the compute stage
+    whole; the next start re-cuts nothing, its shards send ordinary deltas, and the stage read back goes on
+    to the same results as one that never stopped (a start with another config rebuilds from the ids)."""
+    data = tmp_path / "data"
+    # Epoch 7 is due as a checkpoint as the stop's last cut hands it over: the stop writes it again, whole.
+    config = CoordinatorConfig(log_path=str(data / "epochs.log"), data_dir=str(data), checkpoint_every=7, interval_s=3600)
+    first = Harness(config)
+    harnesses.append(first)
+    first.coordinator.start()
+    for e in range(1, 7):
+        first.cut(e)
+        first.coordinator.flush()
+    first.deliver(7)  # delivered, not cut yet: the stop's last cut seals it
+    assert first.coordinator.finish(30) == 7
+    first.close()
+    manifest, resume = plan_recovery(data, True, 2)
+    assert manifest is not None and resume is not None and resume.epoch == 7 and not resume.replay
+    assert manifest.compute_whole == fingerprint(STAGE)
+
+    saved = loads(read_verified(manifest.compute_path, manifest.compute))
+    stores = [ShardStore.restore(read_verified(manifest.shard_path(i), manifest.shards[i]), resend_all=False) for i in range(2)]
+    again = Harness(config, stores=stores, stage=ComputeStage.made(STAGE, saved, whole=True), resume=resume)
+    harnesses.append(again)
+    assert again.stages.stage.epoch == 7 and again.stages.stage.whole_restored_at == 7
+    reference_run = Harness(CoordinatorConfig(log_path=str(tmp_path / "ref.log")))
+    harnesses.append(reference_run)
+    for e in range(1, 11):
+        if e > 7:
+            again.cut(e)
+            again.coordinator.flush()
+        reference_run.cut(e)
+        reference_run.coordinator.flush()
+    assert again.stages.full_deltas == 0, "the restored shards sent ordinary deltas"
+    assert again.stages.stage.graph.snapshot() == reference({"p": RECORDS}, {"p": 50}, "multi")
+    got, want = again.stages.results[-1], reference_run.stages.results[-1]
+    assert got.epoch == want.epoch == 10 and not got.full_changes
+    for name in want.scores:
+        assert (got.scores[name] == want.scores[name]).all(), name
+    for a, b in ((got.apps["components"], want.apps["components"]), (got.apps["landmarks"], want.apps["landmarks"])):
+        for f in ("count", "top", "top_sizes", "ids"):
+            assert str(getattr(a, f, None)) == str(getattr(b, f, None)), f
+
+    # Another config cannot go on from the stage: its ids (and the applications' stamps) are taken instead.
+    other = ComputeStage.made(StageConfig(rank_types=None), saved)
+    assert other.epoch == 0 and other.graph.names == again.stages.stage.graph.names[: other.graph.n]
+    with pytest.raises(CheckpointError):
+        ComputeStage.made(StageConfig(rank_types=None), saved, whole=True)
 
 
 def test_a_failure_in_the_consumer_fails_the_pipeline_and_no_later_epoch_is_ranked(tmp_path, harnesses):
