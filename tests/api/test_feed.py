@@ -22,7 +22,7 @@ N = 200_000  # arrays well above Ray's inline limit (100 KB), so they travel thr
 
 @ray.remote
 class _Compute:
-    def results_after(self, epoch: int, known: int, whole: bool = False):
+    def results_after(self, epoch: int, known: int, whole: bool = False, graph_at: int | None = None):
         n = N
         rng = np.random.default_rng(epoch)
         out = []
@@ -78,7 +78,7 @@ class _Patching:
     def __init__(self) -> None:
         self.asked: list[bool] = []
 
-    def results_after(self, epoch: int, known: int, whole: bool = False):
+    def results_after(self, epoch: int, known: int, whole: bool = False, graph_at: int | None = None):
         self.asked.append(whole)
         full = np.arange(50, dtype=np.uint16)[None, :]
         if epoch == 0:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pulsegraph.compute.stage import ComputeStage, SealedEpoch
+from pulsegraph.compute.apps.runner import AppConfig
+from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.ingest.batch import Router
+from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 from pulsegraph.snapshots.store import ShardStore
 from tests.compute.test_apps import random_tweet_epochs
@@ -120,3 +122,45 @@ def test_a_stage_over_partitions_publishes_what_one_engine_does():
         for algo, s in a.scores.items():
             assert b.scores[algo].dtype == s.dtype and b.scores[algo].shape == s.shape
             assert np.abs(b.scores[algo] - s).sum() <= 2 * a.error_bounds[algo], algo
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stage_written_whole_and_read_back_goes_on_as_one_that_never_stopped(tmp_path, seed):
+    """A clean stop writes the stage whole (its merged graph, ranking vectors and applications, as a
+    checkpoint file); read back at any epoch, it publishes for every later epoch exactly what the stage that
+    went on publishes: scores, counts, degrees, components, topics, landmarks, the graph's changes."""
+    epochs = seal(random_tweet_epochs(seed, epochs=16, users=40, tags=6), 3)
+    config = StageConfig()
+    ongoing = ComputeStage.made(config)
+    want = [ongoing.apply([e]) for e in epochs]
+    for cut in (3, 9):
+        stage = ComputeStage.made(config)
+        for e in epochs[:cut]:
+            stage.apply([e])
+        digest, _, whole_as = stage.write_checkpoint(cut, str(tmp_path), fingerprint(config))
+        path = CheckpointStore(tmp_path).folder(cut) / "compute.ckpt"
+        stage = ComputeStage.made(config, loads(read_verified(path, digest)), whole=True)
+        assert whole_as == fingerprint(config) and stage.epoch == cut
+        for e, w in zip(epochs[cut:], want[cut:]):
+            got = stage.apply([e])
+            assert published(got) == published(w), (cut, e.info.epoch)
+            assert all((got.scores[k] == w.scores[k]).all() for k in w.scores)
+            assert str(got.apps["landmarks"]) == str(w.apps["landmarks"])
+            assert str(got.edge_changes) == str(w.edge_changes)
+
+
+def test_a_stage_with_a_recount_in_flight_is_written_whole_and_goes_on(tmp_path):
+    """With a topics budget the recount runs on a thread of its own: writing the stage waits for the one in
+    flight and keeps it as done, and the stage read back takes it in and starts the next on a new thread."""
+    config = StageConfig(apps=AppConfig(topics_budget=0.5))
+    epochs = seal(random_tweet_epochs(5, epochs=8, users=40, tags=6), 2)
+    stage = ComputeStage.made(config)
+    for e in epochs[:4]:
+        stage.apply([e])
+    digest, _, _ = stage.write_checkpoint(4, str(tmp_path), fingerprint(config))
+    again = ComputeStage.made(config, loads(read_verified(CheckpointStore(tmp_path).folder(4) / "compute.ckpt", digest)), whole=True)
+    for e in epochs[4:]:
+        got, want = again.apply([e]), stage.apply([e])
+        assert all((got.scores[k] == want.scores[k]).all() for k in want.scores)
+        assert published(got)["apps"]["components"] == published(want)["apps"]["components"]
+    assert got.epoch == 8 and again.apps.exposure._pool is not None and got.apps["topics"].as_of >= 4
