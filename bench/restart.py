@@ -41,6 +41,8 @@ import httpx
 
 EXE = os.path.join(os.path.dirname(sys.executable), "pulsegraph")
 POLL_S = 0.02
+# A clean stop ranks and checkpoints what was sealed first (pulsegraph.topology.FINISH_S), then keeps the graph view.
+STOP_WAIT_S = 180.0
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Restart:
     # The neighbors of the top vertex as of the newest epoch taken back were answered (None: not before the new epoch).
     graph_s: float | None = None
     probed: dict | None = None  # the answers to the probe paths asked the moment the graph was first answered
+    stop_s: float | None = None  # the clean stop (SIGINT) that followed, until the process exited
 
 
 def free_port() -> int:
@@ -111,16 +114,22 @@ class Service:
         subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
         self.proc.wait(timeout=30)
 
-    def stop(self) -> None:
+    def stop(self) -> float | None:
+        """SIGINT, and what is left of the session SIGKILLed once the process exited (or after
+        :data:`STOP_WAIT_S`); the seconds the process took to exit (None: it did not, or had before)."""
         if self.proc is None:
-            return
+            return None
+        took = None
         if self.proc.poll() is None:
+            t0 = time.monotonic()
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=STOP_WAIT_S)
+                took = time.monotonic() - t0
             except subprocess.TimeoutExpired:
                 pass
         subprocess.run(["pkill", "-KILL", "-s", str(self.proc.pid)], check=False)
+        return took
 
 
 def measure(
@@ -163,7 +172,8 @@ def measure_from(folder: Path, work: Path, args: list[str], timeout: float = 600
         try:
             out.append(restarted(svc, [], timeout))
         finally:
-            svc.stop()
+            stop_s = svc.stop()
+        out[-1].stop_s = stop_s
     return out
 
 
@@ -230,7 +240,8 @@ def main() -> int:
                   f"{newest['epoch']} ({newest['vertices']:,} vertices, {newest['edges']:,} edges)")
             print(f"from the process start: API answering {got.first_answer_s:.2f} s; retained epochs answered "
                   f"{got.archived_s:.2f} s; the graph of the newest {graph}; first new epoch {got.new_epoch_s:.2f} s; "
-                  f"API peak {got.api_peak_rss / 2**30:.2f} GiB")
+                  f"API peak {got.api_peak_rss / 2**30:.2f} GiB; its clean stop "
+                  + ("did not end" if got.stop_s is None else f"{got.stop_s:.1f} s"))
         return 0
     got = measure(work, service_args, args.run, code=args.code)
     before = {e["epoch"]: e for e in got.before}

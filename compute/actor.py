@@ -40,7 +40,7 @@ from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
-from pulsegraph.snapshots.checkpoint import loads, read_verified
+from pulsegraph.snapshots.checkpoint import load_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class ComputeActor:
         """``restore``: (path, sha256) of the compute part of a checkpoint; ``whole``: it holds the stage
         written whole with this config, which goes on (the shards were restored to send ordinary deltas)."""
         configure_logging(log_level)
-        saved = None if restore is None else loads(read_verified(Path(restore[0]), restore[1]))
+        saved = None if restore is None else load_verified(Path(restore[0]), restore[1])
         config = config or StageConfig()
         self._config = config
         # One partition: the stage makes today's engine itself. More: partition actors owned by this one.

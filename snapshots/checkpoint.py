@@ -135,6 +135,42 @@ def read_verified(path: Path, expect: str | None = None) -> bytes:
     return payload
 
 
+def load_verified(path: Path, expect: str | None = None):
+    """:func:`loads` of :func:`read_verified`, without the file's bytes whole in memory beside what they
+    load into: a payload of :func:`dumps` is read buffer by buffer into the writable buffers it comes back
+    as, checked against its digest as it is read (a compute stage written whole: gigabytes at tens of
+    millions of edges, which the plain way held twice). Raises CorruptCheckpoint as :func:`read_verified`."""
+    try:
+        with open(path, "rb") as f:
+            top = f.read(len(MAGIC) + 32)
+            if len(top) < len(MAGIC) + 32 or not top.startswith(MAGIC):
+                raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
+            digest, h = top[len(MAGIC):], hashlib.sha256()
+
+            def read(n: int) -> bytearray:
+                buf = bytearray(n)
+                if f.readinto(buf) != n:
+                    raise CorruptCheckpoint(f"{path}: cut short")
+                h.update(buf)
+                return buf
+
+            if bytes(read(len(_OUT_OF_BAND))) != _OUT_OF_BAND:
+                return loads(read_verified(path, expect))  # a whole pickle: small, from before dumps
+            (count,) = struct.unpack("<Q", read(8))
+            head_size, *sizes = struct.unpack(f"<{count + 1}Q", read(8 * (count + 1)))
+            head = read(head_size)
+            buffers = [read(n) for n in sizes]
+            if f.read(1):
+                raise CorruptCheckpoint(f"{path}: longer than its payload")
+    except OSError as exc:
+        raise CorruptCheckpoint(f"{path}: {exc}") from exc
+    if h.digest() != digest:
+        raise CorruptCheckpoint(f"{path}: checksum mismatch")
+    if expect is not None and digest.hex() != expect:
+        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+    return _unpickle(head, buffers)
+
+
 class CheckpointPace:
     """The checkpoint budget, after Flink's minimum pause between checkpoints: one that stalled a stage
     ``d`` seconds pauses the next for ``d * (1 / budget - 1)``, so writing them takes at most ``budget``

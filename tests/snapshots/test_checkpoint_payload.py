@@ -5,8 +5,10 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 
-from pulsegraph.snapshots.checkpoint import dumps, loads, read_verified, write_atomic
+from pulsegraph.snapshots.checkpoint import dumps, load_verified, loads, read_verified, write_atomic
+from pulsegraph.snapshots.exceptions import CorruptCheckpoint
 from pulsegraph.snapshots.epoch import EpochInfo
 
 
@@ -44,3 +46,26 @@ def test_a_checkpoint_of_the_old_top_level_modules_still_loads():
     old = new.replace(b"pulsegraph.snapshots.epoch", b"snapshots.epoch")
     back = loads(old)
     assert type(back["info"]) is EpochInfo and back["info"] == info and back["ids"].tolist() == [0, 1, 2, 3]
+
+
+def test_a_payload_is_loaded_buffer_by_buffer_as_read_whole_and_a_damaged_file_is_refused(tmp_path):
+    """``load_verified`` (the compute stage written whole: gigabytes) reads each buffer straight into the one it
+    comes back as, checking the digest as it goes; it answers what ``loads(read_verified(...))`` does, and a
+    flipped byte, a file cut short or one grown longer is refused as corrupt."""
+    cols = {"src": np.arange(100_000, dtype=np.int32), "w": np.linspace(0, 1, 5_000), "names": ["a", "b"], "n": 7}
+    path = tmp_path / "compute.ckpt"
+    digest = write_atomic(path, dumps(cols))
+    back = load_verified(path, digest)
+    assert back["n"] == 7 and back["names"] == ["a", "b"]
+    for k in ("src", "w"):
+        assert np.array_equal(back[k], cols[k]) and back[k].flags.writeable
+    whole = tmp_path / "old.ckpt"
+    write_atomic(whole, pickle.dumps({"epoch": 4}, protocol=5))  # from before the out-of-band framing
+    assert load_verified(whole)["epoch"] == 4
+    good = path.read_bytes()
+    for name, bad in (("flipped", good[:-5] + bytes([good[-5] ^ 1]) + good[-4:]), ("short", good[:-9]), ("long", good + b"x")):
+        path.write_bytes(bad)
+        with pytest.raises(CorruptCheckpoint):
+            load_verified(path, digest)
+        with pytest.raises(CorruptCheckpoint):
+            load_verified(path)
