@@ -71,6 +71,7 @@ class ComputeActor:
         """``restore``: (path, sha256) of the compute part of a checkpoint; ``whole``: it holds the stage
         written whole with this config, which goes on (the shards were restored to send ordinary deltas)."""
         configure_logging(log_level)
+        t0 = time.perf_counter()
         saved = None if restore is None else load_verified(Path(restore[0]), restore[1])
         config = config or StageConfig()
         self._config = config
@@ -78,8 +79,8 @@ class ComputeActor:
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
         self._stage = ComputeStage.made(config, saved, factory, whole)
         if whole:
-            log.info("compute stage read back whole at epoch %d: %d vertices, %d live edges",
-                     self._stage.epoch, self._stage.graph.n, self._stage.graph.live_edges())
+            log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges",
+                     self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges())
         self._results: collections.deque[_Kept] = collections.deque(maxlen=KEEP_RESULTS)
         self._results_lock = threading.Lock()  # the pull's thread and the batches' share the kept results
         # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose

@@ -325,14 +325,23 @@ class Exposure(Application):
         # searches release the GIL), one at a time, so a long recount never holds up an epoch.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
         self._running: tuple[Future, int, float, np.ndarray | None] | None = None  # (future, epoch, started, hashtags)
+        self._count_all = False  # a whole recount was given up (a stage written whole meanwhile): the next is whole
 
     def __getstate__(self) -> dict:
-        """For a stage written whole (a clean stop): the recount in flight is waited for and kept as done, and
-        the thread pool is not kept (nor the monotonic times, which mean nothing to another process)."""
+        """For a stage written whole (a clean stop): a recount done is kept as done; one still running (tens of
+        seconds on a large graph, which a stop must not wait out) is given up, its hashtags due again. Not
+        the thread pool, nor the monotonic times, which mean nothing to another process."""
         state = dict(self.__dict__)
         if self._running is not None:
             future, counted_at, _, counted = self._running
-            state["_running"] = (_Counted(future.result()), counted_at, None, counted)
+            if future.done():
+                state["_running"] = (_Counted(future.result()), counted_at, None, counted)
+            else:
+                state["_running"] = None
+                if counted is None:
+                    state["_count_all"] = True
+                else:
+                    state["_pending"] = self._pending | set(counted.tolist())
         state["_pool"], state["_next_count_at"] = None, 0.0
         return state
 
@@ -420,7 +429,8 @@ class Exposure(Application):
             hashtags = np.array(sorted(self._pending), dtype=np.int64)
             self._pending.clear()
             return _merged(state, self._count(graph, state, hashtags), graph.epoch, hashtags)
-        return self._background(graph, state)
+        everything, self._count_all = self._count_all, False
+        return self._background(graph, state, everything)
 
     def _background(self, graph: AppGraph, state: ExposureState, everything: bool = False) -> ExposureState:
         """Take a finished recount in; start the next one when one is due and the budget allows."""

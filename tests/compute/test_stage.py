@@ -10,9 +10,13 @@ application), and must name the epochs it merged.
 
 from __future__ import annotations
 
+import pickle
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 
+from pulsegraph.compute.apps.exposure import Exposure
 from pulsegraph.compute.apps.runner import AppConfig
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.ingest.batch import Router
@@ -164,3 +168,18 @@ def test_a_stage_with_a_recount_in_flight_is_written_whole_and_goes_on(tmp_path)
         assert all((got.scores[k] == want.scores[k]).all() for k in want.scores)
         assert published(got)["apps"]["components"] == published(want)["apps"]["components"]
     assert got.epoch == 8 and again.apps.exposure._pool is not None and got.apps["topics"].as_of >= 4
+
+
+def test_a_recount_still_running_is_given_up_when_the_stage_is_written_whole_and_is_due_again():
+    """A stop must not wait out a recount (tens of seconds on a large graph): written whole, the stage gives it up
+    and the stage read back counts its hashtags again, or everything where it was a whole recount."""
+    exp = Exposure(budget=0.5)
+    running: Future = Future()  # never done
+    exp._running = (running, 3, 0.0, np.array([5, 9]))
+    back = pickle.loads(pickle.dumps(exp))
+    assert back._running is None and back._pending == {5, 9} and back._pool is not None and not back._count_all
+    exp._running = (running, 3, 0.0, None)
+    assert pickle.loads(pickle.dumps(exp))._count_all
+    running.set_result({})
+    done = pickle.loads(pickle.dumps(exp))
+    assert done._running[0].done() and done._running[0].result() == {} and not done._count_all
