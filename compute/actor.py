@@ -193,10 +193,12 @@ class ComputeActor:
         graph.forget_renames(epoch)
         results = [k.result for k in kept]
         if results and self._whole_first(graph_at):
-            self._stage.whole_restored_at = None
+            restored_at, self._stage.whole_restored_at = self._stage.whole_restored_at, None
             self._stage.apps.resend_whole()  # its patches are of arrays the caller does not hold either
             whole_graph = dataclasses.replace(graph.whole_changes(), first_ts=None)
             results = [dataclasses.replace(results[-1], edge_changes=whole_graph, full_changes=True, skipped=[])]
+            log.info("epoch %d published whole (%d edges): the consumer's graph is of epoch %d, not the stage's %d",
+                     results[0].epoch, len(whole_graph), graph_at, restored_at)
         return results, changes
 
     def snapshot(self) -> dict:

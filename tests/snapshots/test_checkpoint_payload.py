@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from pulsegraph.snapshots.checkpoint import dumps, load_verified, loads, read_verified, write_atomic
+from pulsegraph.snapshots.checkpoint import dumps, load_verified, loads, read_verified, verify_file, write_atomic
 from pulsegraph.snapshots.exceptions import CorruptCheckpoint
 from pulsegraph.snapshots.epoch import EpochInfo
 
@@ -62,6 +62,7 @@ def test_a_payload_is_loaded_buffer_by_buffer_as_read_whole_and_a_damaged_file_i
     whole = tmp_path / "old.ckpt"
     write_atomic(whole, pickle.dumps({"epoch": 4}, protocol=5))  # from before the out-of-band framing
     assert load_verified(whole)["epoch"] == 4
+    verify_file(path, digest)  # what a launch checks of every file of the newest checkpoint, in pieces
     good = path.read_bytes()
     for name, bad in (("flipped", good[:-5] + bytes([good[-5] ^ 1]) + good[-4:]), ("short", good[:-9]), ("long", good + b"x")):
         path.write_bytes(bad)
@@ -69,3 +70,5 @@ def test_a_payload_is_loaded_buffer_by_buffer_as_read_whole_and_a_damaged_file_i
             load_verified(path, digest)
         with pytest.raises(CorruptCheckpoint):
             load_verified(path)
+        with pytest.raises(CorruptCheckpoint):
+            verify_file(path, digest)
