@@ -27,6 +27,7 @@ from ray.exceptions import RayActorError
 
 from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.store import EpochView, ResultStore
+from pulsegraph.api.viewfile import VIEW_WAIT_S
 from pulsegraph.base.runtime import HeapTrimmer
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ class ResultFeed:
         whole, self._store.resend_whole = self._store.resend_whole, False
         # Epochs taken back at the start are not the compute stage's: until its first epoch, ask for all it has.
         taken_back = self._store.provisional
+        if taken_back and (reader := self._store.view_reader) is not None:
+            reader.start()  # read back by now where the API serves; not where a pipeline runs alone (the tests)
+            reader.wait_loaded(VIEW_WAIT_S)
         after, named = (0, 0) if taken_back else (self._store.latest_epoch, len(self._store.names))
         # The epoch of the graph it holds: a compute stage read back whole publishes its first epoch whole
         # unless it is the stage's own (a clean stop's view, read back at this start).

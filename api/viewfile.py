@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The pipeline's start, and the feed's first pull, wait this long at most for the view to be read back: a second
+# or two, and the epoch the API's graph is of decides how a compute stage read back whole publishes its first.
+VIEW_WAIT_S = 20.0
+
 
 def view_path(archive: ResultArchive) -> Path:
     return archive.root / VIEW_FILE

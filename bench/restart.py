@@ -93,6 +93,13 @@ class Service:
         except httpx.TransportError:
             return None
 
+    def answer(self, path: str, tries: int = 5) -> httpx.Response | None:
+        """:meth:`get`, asked again where no answer came within its timeout (a start shares two cores with Ray's)."""
+        for _ in range(tries):
+            if (r := self.get(path)) is not None:
+                return r
+        return None
+
     def epochs(self) -> list[dict] | None:
         r = self.get("/v1/epochs", limit=1000)
         return r.json()["items"] if r is not None and r.status_code == 200 else None
@@ -208,7 +215,7 @@ def restarted(svc: Service, before: list[dict], timeout: float, probe: tuple[str
             g = svc.get(neighbors)
             if g is not None and g.status_code == 200:
                 graph = time.monotonic() - t0
-                probed = {p: (r.status_code, r.json()) for p in probe if (r := svc.get(p)) is not None}
+                probed = {p: (r.status_code, r.json()) for p in probe if (r := svc.answer(p)) is not None}
         time.sleep(POLL_S)
     if first is None or archived is None or new is None:
         raise RuntimeError(f"no answer, retained epochs or new epoch within {timeout} s (first {first}, archived {archived})")

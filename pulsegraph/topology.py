@@ -24,7 +24,7 @@ from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.feed import ResultFeed
 from pulsegraph.api.store import EpochView, ResultStore
-from pulsegraph.api.viewfile import ViewReader, save_view
+from pulsegraph.api.viewfile import VIEW_WAIT_S, ViewReader, save_view
 from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.partition_actor import check_gpus
 from pulsegraph.compute.stage import StageConfig, fingerprint
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 TEARDOWN_TIMEOUT_S = 30.0
 # How long stop() waits for a start under way on its own thread: Ray's start and the actors' launch.
 STARTED_WAIT_S = 120.0
-# The pipeline's start waits this long at most for the graph view a clean stop kept to be read back (viewfile).
-VIEW_WAIT_S = 20.0
 # A clean stop's ranking of what was sealed and its checkpoint with the compute stage whole (a batch at 30 M edges: ~30-60 s).
 FINISH_S = 90.0
 
@@ -321,6 +319,9 @@ class Pipeline:
         deadline = time.monotonic() + FINISH_S
         try:
             epoch = ray.get(self.coordinator.finish.remote(FINISH_S), timeout=FINISH_S + STATUS_TIMEOUT_S)
+        except GetTimeoutError:
+            log.warning("the stop's checkpoint was not written within %.0f s; the next start rebuilds as after a crash", FINISH_S)
+            return
         except Exception:  # noqa: BLE001 - stopping must go on
             log.exception("coordinator did not finish cleanly")
             return
@@ -376,10 +377,7 @@ class Pipeline:
             self.feed.compute = self.compute
 
     def _kafka_topic(self) -> TopicInfo:
-        def report(status: dict) -> None:
-            self._status = status
-
-        return wait_for_topic(self.settings, self.kafka_config, self._stop, report)
+        return wait_for_topic(self.settings, self.kafka_config, self._stop, lambda status: setattr(self, "_status", status))
 
     def _epoch_arrived(self, view: EpochView) -> None:
         if self.results is not None:

@@ -288,3 +288,49 @@ def test_a_restart_goes_on_serving_the_epochs_from_before_it(ray_cluster, tmp_pa
         assert client.get(f"/v1/vertices/{v}", params={"epoch": ranked}).status_code == 200
     finally:
         p.stop()
+
+
+def api_graph(p: Pipeline) -> dict:
+    """The API's graph view as of its newest epoch, by name: (src, dst, type) -> (multiplicity, weight)."""
+    names, types = p.store.names, p.store.get().result.types
+    out = {}
+    for v, name in enumerate(names):
+        if name:
+            dst, etype, mult, weight = p.store.graph.neighbors(v, "out")
+            for d, t, m, w in zip(dst.tolist(), etype.tolist(), mult.tolist(), weight.tolist()):
+                out[(name, names[d], types[t])] = (m, w)
+    return out
+
+
+def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_it_gives_the_api_the_graph_whole(ray_cluster, tmp_path):
+    """A clean stop checkpoints its last epoch with the compute stage written whole; the next start goes on from
+    it (nothing re-cut, no whole delta). The compute actor killed then is relaunched from that checkpoint while
+    the API's graph is of a later epoch: it publishes the graph whole to it, and the API's graph, the compute
+    stage's and the reference stay the same, edge for edge."""
+    lines = edge_lines(2400, seed=14)
+    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
+    p = Pipeline(settings(tmp_path, rate=1500)).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 500, timeout=60)
+    finally:
+        p.stop()
+    manifest = CheckpointStore(tmp_path / "data").latest()
+    assert manifest is not None and manifest.compute_whole, "the stop's checkpoint holds the compute stage whole"
+    stopped = manifest.epoch
+    assert p.store.latest_epoch == stopped, "the API took the stop's epoch in before keeping its view"
+
+    # No periodic checkpoint replaces the stop's meanwhile: a relaunch goes back to it.
+    again = settings(tmp_path, rate=1500).model_copy(update={"checkpoint_every": 10_000})
+    p = Pipeline(again).start()
+    try:
+        first = p.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result
+        assert not first.full_changes and p.store.graph.missed_epochs == 0
+        p.wait_for_epoch(lambda v: v.result.epoch > stopped + 3, timeout=60)
+        ray.kill(p.compute, no_restart=True)
+        view = p.wait_for_epoch(lambda v: relaunched(p, 1) and v.result.vector.get("file:0") == len(lines), timeout=120)
+        want = reference(records, view.result.vector)
+        assert ray.get(p.compute.snapshot.remote()) == want
+        live = {k: v for k, v in want["edges"].items() if v[0] > 0}
+        assert api_graph(p) == live
+    finally:
+        p.stop()

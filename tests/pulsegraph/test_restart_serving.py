@@ -27,7 +27,7 @@ def test_the_retained_epochs_are_answered_first_after_a_crash_and_their_graph_to
         kept = [e["epoch"] for e in svc.epochs() or []]
         hub = svc.get("/v1/rank/top", k=1).json()["items"][0]["vertex"]
         paths = [f"/v1/vertices/{hub}/neighbors?direction={d}&epoch={e}" for e in (kept[0], kept[1], kept[-1]) for d in ("out", "in")]
-        asked["answers"] = {p: (r.status_code, r.json()) for p in paths if (r := svc.get(p)) is not None}
+        asked["answers"] = {p: (r.status_code, r.json()) for p in paths if (r := svc.answer(p)) is not None}
 
     got = measure(tmp_path, args, run_s=8, min_epochs=5, before_stop=ask)
     before = {e["epoch"]: e for e in got.before}
