@@ -37,6 +37,7 @@ from pulsegraph.snapshots.exceptions import CheckpointError, CorruptCheckpoint
 log = logging.getLogger(__name__)
 
 MAGIC = b"PULSEGRAPH-CKPT-1\n"
+_HEAD = len(MAGIC) + 32  # the magic line, then the payload's sha256
 KEEP = 2
 # A checkpoint's files are checked in pieces of this many bytes, this many files at once.
 VERIFY_PIECE = 8 << 20
@@ -122,20 +123,28 @@ def write_atomic(path: Path, payload: bytes | Sequence, durable: bool = True) ->
     return digest.hex()
 
 
+def _stored_digest(path: Path, top: bytes) -> bytes:
+    """The sha256 a file's header holds (``top``: its first bytes, as many as the header has, fewer where it is shorter)."""
+    if len(top) < _HEAD or not top.startswith(MAGIC):
+        raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
+    return top[len(MAGIC):_HEAD]
+
+
+def _check_digest(path: Path, stored: bytes, computed: bytes, expect: str | None) -> None:
+    if computed != stored:
+        raise CorruptCheckpoint(f"{path}: checksum mismatch")
+    if expect is not None and stored.hex() != expect:
+        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+
+
 def read_verified(path: Path, expect: str | None = None) -> bytes:
     """The payload of a file written by :func:`write_atomic`; raises CorruptCheckpoint when it does not check out."""
     try:
         blob = path.read_bytes()
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from exc
-    head = len(MAGIC) + 32
-    if len(blob) < head or not blob.startswith(MAGIC):
-        raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
-    digest, payload = blob[len(MAGIC) : head], blob[head:]
-    if hashlib.sha256(payload).digest() != digest:
-        raise CorruptCheckpoint(f"{path}: checksum mismatch")
-    if expect is not None and digest.hex() != expect:
-        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+    digest, payload = _stored_digest(path, blob[:_HEAD]), blob[_HEAD:]
+    _check_digest(path, digest, hashlib.sha256(payload).digest(), expect)
     return payload
 
 
@@ -143,19 +152,12 @@ def verify_file(path: Path, expect: str | None = None) -> None:
     """:func:`read_verified`'s checks without keeping the payload: it is hashed piece by piece as it is read."""
     try:
         with open(path, "rb") as f:
-            top = f.read(len(MAGIC) + 32)
-            if len(top) < len(MAGIC) + 32 or not top.startswith(MAGIC):
-                raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
-            h = hashlib.sha256()
+            digest, h = _stored_digest(path, f.read(_HEAD)), hashlib.sha256()
             while piece := f.read(VERIFY_PIECE):
                 h.update(piece)
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from exc
-    digest = top[len(MAGIC):]
-    if h.digest() != digest:
-        raise CorruptCheckpoint(f"{path}: checksum mismatch")
-    if expect is not None and digest.hex() != expect:
-        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+    _check_digest(path, digest, h.digest(), expect)
 
 
 def load_verified(path: Path, expect: str | None = None):
@@ -165,10 +167,7 @@ def load_verified(path: Path, expect: str | None = None):
     millions of edges, which the plain way held twice). Raises CorruptCheckpoint as :func:`read_verified`."""
     try:
         with open(path, "rb") as f:
-            top = f.read(len(MAGIC) + 32)
-            if len(top) < len(MAGIC) + 32 or not top.startswith(MAGIC):
-                raise CorruptCheckpoint(f"{path}: not a checkpoint file, or cut short")
-            digest, h = top[len(MAGIC):], hashlib.sha256()
+            digest, h = _stored_digest(path, f.read(_HEAD)), hashlib.sha256()
 
             def read(n: int) -> bytearray:
                 buf = bytearray(n)
@@ -187,10 +186,7 @@ def load_verified(path: Path, expect: str | None = None):
                 raise CorruptCheckpoint(f"{path}: longer than its payload")
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from exc
-    if h.digest() != digest:
-        raise CorruptCheckpoint(f"{path}: checksum mismatch")
-    if expect is not None and digest.hex() != expect:
-        raise CorruptCheckpoint(f"{path}: not the file its manifest names")
+    _check_digest(path, digest, h.digest(), expect)
     return _unpickle(head, buffers)
 
 

@@ -323,9 +323,12 @@ class Exposure(Application):
         self._next_count_at = 0.0
         # With a budget, recounts run on their own thread (SciPy's sparse product and NumPy's
         # searches release the GIL), one at a time, so a long recount never holds up an epoch.
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
+        self._pool = self._new_pool()
         self._running: tuple[Future, int, float, np.ndarray | None] | None = None  # (future, epoch, started, hashtags)
         self._count_all = False  # a whole recount was given up (a stage written whole meanwhile): the next is whole
+
+    def _new_pool(self) -> ThreadPoolExecutor | None:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure") if self._budget else None
 
     def __getstate__(self) -> dict:
         """For a stage written whole (a clean stop): a recount done is kept as done; one still running (tens of
@@ -347,8 +350,7 @@ class Exposure(Application):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        if self._budget:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k-exposure")
+        self._pool = self._new_pool()
         if self._running is not None:
             done, counted_at, _, counted = self._running
             self._running = (done, counted_at, time.monotonic(), counted)
