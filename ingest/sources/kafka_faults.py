@@ -10,7 +10,12 @@ The libraries do not always say it in the exception a call raises: kafka-python'
 librdkafka reports one generic "certificate verify failed" for an untrusted CA, an expired certificate
 and a host name mismatch alike. So the causes kafka-python logs are kept for a short while
 (:class:`_Causes`), and a certificate that failed verification is looked at once more with Python's
-own TLS (:func:`_tls_verdict`), which says which check failed. No message here repeats a secret: the
+own TLS (:func:`_tls_verdict`), which says which check failed. A broker refusing a SASL mechanism over
+TLS often closes the connection without the handshake's error reaching the client (it closes after
+connection.failed.authentication.delay.ms, and the response in the TLS buffer is lost with it): kafka-python
+then sees only "socket disconnected", attempt after attempt. So a disconnect on a SASL listener is looked at
+once more with one SaslHandshake of our own (:func:`_sasl_verdict`), which the broker either accepts (the
+mechanism is enabled, the disconnect is not about it) or refuses. No message here repeats a secret: the
 libraries' texts name the mechanism and the user, never the password.
 """
 
@@ -20,6 +25,7 @@ import collections
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 
@@ -30,6 +36,8 @@ from pulsegraph.ingest.sources.kafka_config import KafkaConfig
 CAUSE_WINDOW_S = 30.0
 # How long the TLS look at a broker's certificate may take (a local handshake takes milliseconds).
 TLS_PROBE_TIMEOUT_S = 5.0
+# SaslHandshake v1 (Kafka protocol): its api key, and the error a broker answers for a mechanism it lacks.
+SASL_HANDSHAKE_KEY, UNSUPPORTED_SASL_MECHANISM = 17, 33
 
 
 class _Causes(logging.Handler):
@@ -65,18 +73,65 @@ def _file(config: KafkaConfig | None) -> str:
 def _tls_verdict(bootstrap: str, config: KafkaConfig | None) -> str | None:
     """Python's own TLS handshake with the first broker, verified as the client verifies it: the check
     that failed ("Hostname mismatch", "certificate has expired", "unable to get local issuer certificate")."""
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    props = config.properties() if config is not None else {}
-    ctx = ssl.create_default_context(cafile=props.get("ssl.ca.location") or None)
-    ctx.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
     try:
-        with socket.create_connection((host, int(port)), timeout=TLS_PROBE_TIMEOUT_S) as sock:
-            with ctx.wrap_socket(sock, server_hostname=host):
-                return None
+        with _connect(bootstrap, config):
+            return None
     except ssl.SSLCertVerificationError as exc:
         return str(exc.verify_message or exc)
     except (OSError, ValueError):
         return None
+
+
+def _connect(bootstrap: str, config: KafkaConfig | None) -> socket.socket:
+    """A connection to the first broker, in TLS when ``security.protocol`` says so, verified as the client verifies."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    props = config.properties() if config is not None else {}
+    sock = socket.create_connection((host, int(port)), timeout=TLS_PROBE_TIMEOUT_S)
+    if not props.get("security.protocol", "").upper().endswith("SSL"):
+        return sock
+    ctx = ssl.create_default_context(cafile=props.get("ssl.ca.location") or None)
+    ctx.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
+    if props.get("ssl.certificate.location"):
+        ctx.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location") or None,
+                            props.get("ssl.key.password") or None)
+    try:
+        return ctx.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _sasl_verdict(bootstrap: str, config: KafkaConfig | None) -> str | None:
+    """One SaslHandshake (v1) of our own with the first broker: "refused" with the mechanisms it enables when
+    it refuses ``sasl.mechanism`` (or closes at the handshake without an answer); None when it accepts the
+    mechanism or cannot be reached (the disconnect was something else)."""
+    props = config.properties() if config is not None else {}
+    body = struct.pack(">hhi", SASL_HANDSHAKE_KEY, 1, 1) + _string("pulsegraph-probe") + _string(props.get("sasl.mechanism", "GSSAPI"))
+    try:
+        with _connect(bootstrap, config) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            answer = b""
+            while len(answer) < 4 or len(answer) < 4 + struct.unpack(">i", answer[:4])[0]:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return "refused (the broker closed the connection at the SASL handshake)" if answer == b"" else None
+                answer += chunk
+        _, error, count = struct.unpack(">ihi", answer[4:14])
+        names, at = [], 14
+        for _ in range(max(count, 0) if error == UNSUPPORTED_SASL_MECHANISM else 0):
+            [n] = struct.unpack(">h", answer[at:at + 2])
+            names.append(answer[at + 2:at + 2 + n].decode(errors="replace"))
+            at += 2 + n
+    except (OSError, ValueError, struct.error):
+        return None
+    if error != UNSUPPORTED_SASL_MECHANISM:
+        return None
+    return f"refused (it enables {', '.join(names) or 'no mechanism'})"
 
 
 def diagnose(exc: BaseException | str, bootstrap: str, config: KafkaConfig | None, topic: str | None = None,
@@ -93,7 +148,12 @@ def diagnose(exc: BaseException | str, bootstrap: str, config: KafkaConfig | Non
         return (f"{where} answers, but {user} may not read topic {topic} (the cluster's ACLs deny it). Operator action: grant "
                 f"it READ and DESCRIBE on topic {topic} and READ on group {group} (kafka-acls --add --allow-principal "
                 f"User:NAME --operation Read --operation Describe --topic {topic}), or use credentials that may")
-    if "unsupported sasl mechanism" in low or "unsupportedsaslmechanism" in low:
+    refused = "unsupported sasl mechanism" in low or "unsupportedsaslmechanism" in low
+    if not refused and props.get("security.protocol", "").upper().startswith("SASL") and "socket disconnected" in low \
+            and "authenticationfailed" not in low and "authentication failed" not in low:
+        verdict = _sasl_verdict(bootstrap, config)
+        refused, text = verdict is not None, f"SaslHandshake {verdict}" if verdict else text
+    if refused:
         return (f"{where} answers, but its listener does not enable sasl.mechanism {props.get('sasl.mechanism')} "
                 f"({text.split('|')[0].strip()}). Operator action: set sasl.mechanism in {file} to one the listener enables")
     if "authentication failed" in low or "invalid credentials" in low or "saslauthenticationfailed" in low \

@@ -24,6 +24,7 @@ from kafka.admin import ACL, ACLOperation, ACLPermissionType, KafkaAdminClient, 
 
 from pulsegraph.ingest.sources import SourceSpec, open_partitions
 from pulsegraph.ingest.sources.kafka_config import load_kafka_config
+from pulsegraph.ingest.sources.kafka_faults import _sasl_verdict, diagnose
 from pulsegraph.produce import produce
 from pulsegraph.service import build_app
 from pulsegraph.settings import Settings
@@ -151,6 +152,19 @@ def test_each_refusal_is_named_with_the_action_by_both_clients_within_seconds(se
         for secret in config.properties().get("sasl.password", ""), config.properties().get("ssl.key.password", ""):
             assert not secret or secret not in str(health)
     assert all(seconds < NAMED_WITHIN_S for seconds in named.values()), named
+
+
+def test_a_sasl_handshake_of_our_own_names_a_mechanism_the_listener_refuses(secure_kafka):
+    """A broker refusing a mechanism over TLS often closes without its error reaching kafka-python (only
+    "socket disconnected", for tens of seconds in a CI run): the refusal is asked once more, and only it."""
+    lacks = load_kafka_config(secure_kafka.properties("scram", "probe-256", **{"sasl.mechanism": "SCRAM-SHA-256"}))
+    assert _sasl_verdict(secure_kafka.sasl_ssl, lacks) == "refused (it enables PLAIN, SCRAM-SHA-512)"
+    assert "does not enable sasl.mechanism SCRAM-SHA-256" in diagnose("KafkaConnectionError: socket disconnected",
+                                                                       secure_kafka.sasl_ssl, lacks)
+    # An enabled mechanism with a wrong password is not a mechanism the listener lacks; nor is a broker not there.
+    enabled = load_kafka_config(secure_kafka.properties("scram", "probe-512", **{"sasl.password": "Wr0ng-" + "p4ssw0rd-9"}))
+    assert _sasl_verdict(secure_kafka.sasl_ssl, enabled) is None
+    assert _sasl_verdict(f"localhost:{free_port()}", lacks) is None
 
 
 def test_a_topic_the_acls_deny_is_named_in_health(ray_cluster, secure_kafka, tmp_path):
