@@ -40,7 +40,7 @@ from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
-from pulsegraph.snapshots.checkpoint import load_verified
+from pulsegraph.snapshots.checkpoint import WrittenPart, load_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class ComputeActor:
         self._config = config
         # One partition: the stage makes today's engine itself. More: partition actors owned by this one.
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
-        self._stage = ComputeStage.made(config, saved, factory, whole)
+        self._stage = ComputeStage.made(config, saved, factory, whole, None if restore is None else Path(restore[0]).parent)
         if whole:
             log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges",
                      self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges())
@@ -113,11 +113,10 @@ class ComputeActor:
             "compute_ms": result.compute_ms.get("pagerank", 0.0), "skipped": result.skipped,
         }
 
-    def checkpoint(self, epoch: int, data_dir: str, whole: bool = False) -> tuple[str, float, str | None]:
+    def checkpoint(self, epoch: int, data_dir: str, whole: bool = False) -> WrittenPart:
         """Write the global ids as of the last epoch merged (``epoch``: the coordinator orders this call
-        after that epoch's ``apply_epochs``), or with ``whole`` the whole stage where it can be (one
-        partition); returns the file's sha256, the seconds it took and the config fingerprint it was
-        written whole with (None: the ids only)."""
+        after that epoch's ``apply_epochs``), or with ``whole`` the whole stage, its partition actors each
+        writing their own file (:meth:`ComputeStage.write_checkpoint`)."""
         return self._stage.write_checkpoint(epoch, data_dir, fingerprint(self._config) if whole else None)
 
     def _keep(self, result: EpochResult) -> None:

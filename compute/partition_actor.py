@@ -7,7 +7,9 @@ and :func:`ray_rank_engine` is the engine factory the compute actor hands its st
 Owns where the partition actors run (Ray's SPREAD strategy: over as many nodes as there are, as the
 shards; not beside the shards, whose ownership is a hash of the vertex *name* while a partition owns
 ``id % P`` of the compute stage's global ids, so no shard feeds one partition), how an exchange's
-messages travel, and the actors' end. Must not know the solve (the driver's half lives in
+messages travel, the actors' rows in a clean stop's checkpoint (each writes its own file, and a partition
+actor of the next start reads it back: :meth:`RayPartitions.write`, :meth:`RayPartitions.reopen`), and the
+actors' end. Must not know the solve (the driver's half lives in
 :mod:`pulsegraph.compute.partitioned`, which stays Ray-free) nor the wiring.
 
 An exchange is two rounds of calls, submitted together: every partition's ``*_send`` returns one
@@ -24,7 +26,9 @@ a copy of a few kilobytes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -35,6 +39,8 @@ from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.exceptions import ComputeError, PartitionLost
 from pulsegraph.compute.partitioned import ModuloOwner, PartitionedEngine, RankPartition
 from pulsegraph.compute.partitioned.base import Owner
+from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified
+from pulsegraph.snapshots.exceptions import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +66,26 @@ class RankPartitionActor:
 
     def __init__(
         self, *, index: int, parts: int, owner: Owner, config: RankConfig, compact_min: int | None = None,
-        log_level: str = "INFO",
+        log_level: str = "INFO", restore: tuple[str, str] | None = None,
     ) -> None:
+        """``restore``: (path, sha256) of this partition's file in a checkpoint (:meth:`write`), read back
+        here, on the partition's own node: its rows never pass through the compute actor."""
         configure_logging(log_level)
         self._parts = parts
-        self._part = RankPartition(index, parts, owner, config, None, compact_min)
+        if restore is None:
+            self._part = RankPartition(index, parts, owner, config, None, compact_min)
+        else:
+            t0 = time.perf_counter()
+            self._part = load_verified(Path(restore[0]), restore[1])
+            if (self._part.q, self._part.space.parts) != (index, parts):
+                raise CheckpointError(f"{restore[0]} holds partition {self._part.q} of {self._part.space.parts}, "
+                                      f"not {index} of {parts}")
+            log.info("compute partition %d read back in %.1f s", index, time.perf_counter() - t0)
         self._trimmer = HeapTrimmer()
+
+    def write(self, epoch: int, data_dir: str, name: str) -> str:
+        """This partition (its rows, vectors and lists) as file ``name`` of epoch ``epoch``'s checkpoint; its sha256."""
+        return CheckpointStore(data_dir).write_file(epoch, name, dumps(self._part))
 
     def _op(self, op: str):
         if op not in RankPartition.OPS:
@@ -100,8 +120,11 @@ class RayPartitions:
     Every call is one round: the calls go out together and ``ray.get`` waits for all the answers. A
     partition that died fails the round with :class:`~pulsegraph.compute.exceptions.PartitionLost`."""
 
-    def __init__(self, actors: Sequence[Any]) -> None:
+    def __init__(self, actors: Sequence[Any], spawn: dict[str, Any] | None = None) -> None:
         self.actors = list(actors)
+        # How the actors were made (spawn_partitions' arguments), to make them again from their files.
+        self._spawn = dict(spawn or {})
+        self._written: tuple[tuple[str, str], ...] | None = None  # the files of the last write(): (name, sha256)
 
     @property
     def parts(self) -> int:
@@ -111,8 +134,11 @@ class RayPartitions:
         try:
             return list(ray.get(refs))
         except RayActorError as exc:
+            # One that failed as it was made says why on its traceback's last line (a file that did not check out).
+            text = str(exc).strip()
+            why = text.splitlines()[-1] if "creation task" in text else exc.__class__.__name__
             raise PartitionLost(
-                f"a compute partition actor died ({exc.__class__.__name__}); the epoch fails and the pipeline "
+                f"a compute partition actor died ({why}); the epoch fails and the pipeline "
                 "relaunches from the newest checkpoint with new partitions"
             ) from exc
 
@@ -132,13 +158,35 @@ class RayPartitions:
         got = [a.receive.remote(receive, *(sent[q][i] for q in range(p)), *args) for i, a in enumerate(self.actors)]
         return self._get(got)
 
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        names = [f"partition-{q}.ckpt" for q in range(self.parts)]
+        digests = self._get([a.write.remote(epoch, data_dir, name) for a, name in zip(self.actors, names, strict=True)])
+        self._written = tuple(zip(names, digests, strict=True))
+        return self._written
+
+    def __getstate__(self) -> dict:
+        """The port pickles as the files its partitions last wrote (a checkpoint's), never as actor handles:
+        those actors die with the compute actor that owns them."""
+        if self._written is None or not self._spawn:
+            raise CheckpointError("partition actors are pickled only as the files they wrote (write() first)")
+        return {"written": self._written, "spawn": self._spawn}
+
+    def __setstate__(self, state: dict) -> None:
+        self.actors, self._written, self._spawn = [], state["written"], state["spawn"]
+
+    def reopen(self, folder: Path | None) -> None:
+        if self.actors or folder is None or self._written is None:
+            raise ComputeError("partition actors are made again from the files of the checkpoint this port was read from")
+        restore = [(str(Path(folder) / name), digest) for name, digest in self._written]
+        self.actors = spawn_partitions(**self._spawn, restore=restore).actors
+
     def memory(self) -> list[dict[str, int]]:
         """Each partition actor's resident set, peak and held bytes (for the bench and the logs)."""
         return self._get([a.memory.remote() for a in self.actors])
 
     def close(self) -> None:
-        """Kill the partition actors (they hold nothing a restart needs: the ranking is rebuilt from the
-        graph's first whole epoch)."""
+        """Kill the partition actors (what a restart needs of them, a clean stop's checkpoint has: :meth:`write`;
+        after any other stop the ranking is rebuilt from the graph's first whole epoch)."""
         for a in self.actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -162,20 +210,22 @@ def check_gpus(device: str, parts: int) -> None:
 
 def spawn_partitions(
     config: RankConfig, parts: int, owner: Owner | None = None, compact_min: int | None = None,
-    log_level: str = "INFO",
+    log_level: str = "INFO", restore: Sequence[tuple[str, str]] | None = None,
 ) -> RayPartitions:
     """``parts`` new partition actors, spread over the cluster's nodes (Ray's SPREAD: one per node while
     there are more nodes than partitions, round the nodes otherwise), each asking for a GPU when the
-    ranking runs on one (``device="cuda"``)."""
+    ranking runs on one (``device="cuda"``). ``restore``: each one's file, (path, sha256), to read back."""
     owner = owner or ModuloOwner(parts)
     options: dict[str, Any] = {"scheduling_strategy": "SPREAD", "num_gpus": 1 if config.device == "cuda" else 0}
     actors = [
         RankPartitionActor.options(**options).remote(  # type: ignore[attr-defined]
             index=q, parts=parts, owner=owner, config=config, compact_min=compact_min, log_level=log_level,
+            restore=None if restore is None else restore[q],
         )
         for q in range(parts)
     ]
-    return RayPartitions(actors)
+    spawn = {"config": config, "parts": parts, "owner": owner, "compact_min": compact_min, "log_level": log_level}
+    return RayPartitions(actors, spawn)
 
 
 def ray_rank_engine(config: RankConfig, partitions: int, log_level: str = "INFO") -> RankEngine | PartitionedEngine:

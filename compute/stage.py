@@ -36,13 +36,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
 from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
 from pulsegraph.compute.results import EpochResult
-from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps
+from pulsegraph.snapshots.checkpoint import CheckpointStore, WrittenPart, dumps
 from pulsegraph.snapshots.exceptions import CheckpointError
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
@@ -181,21 +182,19 @@ class ComputeStage:
         """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""
         return {**self.graph.ids_state(), "epoch": self.epoch, "apps": self.apps.state_dict()}
 
-    @property
-    def writes_whole(self) -> bool:
-        """Can this stage be written whole (:meth:`write_checkpoint`)? With one engine in this process; P
-        partitions hold their rows in actors of their own, which a checkpoint does not reach."""
-        return isinstance(self.engine, RankEngine)
-
-    def write_checkpoint(self, epoch: int, data_dir: str, whole_as: str | None = None) -> tuple[str, float, str | None]:
+    def write_checkpoint(self, epoch: int, data_dir: str, whole_as: str | None = None) -> WrittenPart:
         """:meth:`checkpoint_state` as epoch ``epoch``'s compute part (the last epoch merged: the coordinator
-        orders this call after that epoch's :meth:`apply`); returns its sha256, the seconds it took, and
-        the fingerprint it was written whole with (None: its ids only, as every periodic checkpoint). ``whole_as``: the stage's config fingerprint
-        (:func:`fingerprint`) where the whole stage is to be written (a clean stop's checkpoint): its
-        merged graph, ranking vectors and applications, so that a start with the same config goes on
-        from them instead of merging and solving the shards' whole graph again."""
-        whole = whole_as is not None and self.writes_whole
-        state = (lambda: {"whole": whole_as, "stage": self}) if whole else self.checkpoint_state
+        orders this call after that epoch's :meth:`apply`). ``whole_as``: the stage's config fingerprint
+        (:func:`fingerprint`) where the whole stage is to be written (a clean stop's checkpoint): its merged
+        graph, ranking vectors and applications, so that a start with the same config goes on from them
+        instead of merging and solving the shards' whole graph again. Partitions in actors of their own write
+        their rows to files of their own first, side by side (the stage's file names them)."""
+        state = (lambda: {"whole": whole_as, "stage": self}) if whole_as is not None else self.checkpoint_state
+        t0 = time.perf_counter()
+        files: tuple[tuple[str, str], ...] = ()
+        if whole_as is not None and isinstance(self.engine, PartitionedEngine):
+            files = self.engine.write_parts(epoch, data_dir)
+        parts_s = time.perf_counter() - t0
         pickled: list[float] = []
 
         def payload() -> list:
@@ -205,9 +204,10 @@ class ComputeStage:
             return chunks
 
         digest, seconds = CheckpointStore(data_dir).write_part(epoch, "compute.ckpt", self.epoch, payload, "the compute stage")
-        if whole:
-            log.info("compute stage written whole at epoch %d in %.1f s (%.1f s of it pickling)", epoch, seconds, pickled[0])
-        return digest, seconds, whole_as if whole else None
+        if whole_as is not None:
+            log.info("compute stage written whole at epoch %d in %.1f s (%.1f s of it pickling%s)", epoch, parts_s + seconds,
+                     pickled[0], f", {parts_s:.1f} s the {len(files)} partitions' rows" if files else "")
+        return WrittenPart(digest, parts_s + seconds, whole_as, tuple(files))
 
     @classmethod
     def restored(
@@ -223,11 +223,12 @@ class ComputeStage:
 
     @classmethod
     def made(cls, config: StageConfig, saved: dict | None = None,
-             engine_factory: EngineFactory | None = None, whole: bool = False) -> "ComputeStage":
+             engine_factory: EngineFactory | None = None, whole: bool = False, folder: Path | None = None) -> "ComputeStage":
         """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
         ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process).
         ``whole``: ``saved`` holds the stage written whole with this very config (the launch checked its
-        fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on."""
+        fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on, its
+        partitions read back from their files in ``folder`` (the checkpoint's) where they live elsewhere."""
         c = config
         if saved is None:
             return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
@@ -236,6 +237,8 @@ class ComputeStage:
             if saved.get("whole") != fingerprint(c):
                 raise CheckpointError("the compute checkpoint does not hold the stage written whole with this config")
             stage: ComputeStage = saved["stage"]
+            if isinstance(stage.engine, PartitionedEngine):
+                stage.engine.reopen(folder)
             stage.whole_restored_at = stage.epoch
             return stage
         return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory)
@@ -243,6 +246,6 @@ class ComputeStage:
 
 def fingerprint(config: StageConfig) -> str:
     """What a stage written whole must be read back with: its config (edge types, ranking, applications, id
-    reuse, one partition); a start with another config rebuilds from the shards' whole deltas instead."""
+    reuse, partitions); a start with another config rebuilds from the shards' whole deltas instead."""
     return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
 

@@ -266,7 +266,7 @@ class Pipeline:
         stage_config = StageConfig.from_settings(s, s.ranked_types)
         # A clean stop wrote the compute stage whole: with the same config it goes on from it, and the shards
         # send ordinary deltas (no whole-graph epoch to merge and solve again); else the shards resend all.
-        whole = bool(restore_ids and manifest and manifest.compute_whole == fingerprint(stage_config) and parts == 1)
+        whole = bool(restore_ids and manifest and manifest.compute_whole == fingerprint(stage_config))
         # With partitions the ranking (and its GPU) is theirs: each asks for a GPU, the compute actor for none.
         check_gpus(s.device, parts)
         gpus = 1 if s.device == "cuda" and parts == 1 else 0

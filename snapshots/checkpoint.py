@@ -4,7 +4,9 @@ Layout under ``<data_dir>/checkpoints/``::
 
     epoch-000000000042/shard-0.ckpt   one shard's applied state (not its buffer)
     epoch-000000000042/shard-1.ckpt
-    epoch-000000000042/compute.ckpt   the compute stage's global ids (vertex names, edge types)
+    epoch-000000000042/compute.ckpt   the compute stage's global ids (vertex names, edge types), or
+                                      the whole stage (a clean stop's checkpoint)
+    epoch-000000000042/partition-0.ckpt   a compute partition's rows (a partitioned stage written whole)
     epoch-000000000042/MANIFEST       epoch, vector, valid records per partition, each file's sha256
 
 Every file is written to a temporary name, fsynced, renamed, and its folder
@@ -28,8 +30,9 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from pulsegraph.base.durable import fsync_dir, makedirs_durably
 from pulsegraph.snapshots.exceptions import CheckpointError, CorruptCheckpoint
@@ -217,6 +220,15 @@ class CheckpointPace:
         return paused
 
 
+class WrittenPart(NamedTuple):
+    """What a stage's write of its part of a checkpoint tells the coordinator."""
+
+    digest: str | None  # sha256 of the part's file (None: no consumer)
+    seconds: float  # how long the write stalled the stage (the checkpoint budget reads it)
+    whole: str | None = None  # the config fingerprint of a stage written whole; None: its ids only
+    files: tuple[tuple[str, str], ...] = ()  # further files of the part, (name, sha256): a partition's rows each
+
+
 @dataclass(frozen=True)
 class Manifest:
     epoch: int
@@ -228,6 +240,9 @@ class Manifest:
     late: int = 0  # with a window: late transactions of every epoch up to this one (a function of the vectors)
     # The config fingerprint of a compute stage written whole (a clean stop's checkpoint); None: its ids only.
     compute_whole: str | None = None
+    # Further files of the compute part, name -> sha256: each partition's rows, where a stage with partition
+    # actors was written whole (they write their own, side by side, never through the compute actor).
+    compute_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def compute_path(self) -> Path:
@@ -270,7 +285,7 @@ class CheckpointStore:
 
     def commit(
         self, epoch: int, vector: dict[str, int], valid: dict[str, int], shards: dict[int, str], compute: str | None = None,
-        late: int = 0, compute_whole: str | None = None,
+        late: int = 0, compute_whole: str | None = None, compute_files: dict[str, str] | None = None,
     ) -> Manifest:
         folder = self.folder(epoch)
         body = {
@@ -279,9 +294,12 @@ class CheckpointStore:
         }
         if compute_whole is not None:
             body["compute_whole"] = compute_whole
+        if compute_files:
+            body["compute_files"] = compute_files
         write_atomic(folder / "MANIFEST", json.dumps(body, sort_keys=True).encode())
         self._prune()
-        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late, compute_whole)
+        return Manifest(epoch, dict(vector), dict(valid), dict(shards), str(folder), compute, late, compute_whole,
+                        dict(compute_files or {}))
 
     def oldest(self) -> int | None:
         """The epoch of the oldest committed checkpoint kept: the furthest back a launch may fall back to
@@ -314,11 +332,12 @@ class CheckpointStore:
                 m = Manifest(
                     body["epoch"], body["vector"], body["valid"],
                     {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"), int(body.get("late", 0)),
-                    body.get("compute_whole"),
+                    body.get("compute_whole"), dict(body.get("compute_files", {})),
                 )
                 files = [(m.shard_path(shard), digest) for shard, digest in m.shards.items()]
                 if m.compute is not None:
                     files.append((m.compute_path, m.compute))
+                files += [(folder / name, digest) for name, digest in m.compute_files.items()]
                 # Each file hashed as it is read, in pieces, the files side by side (hashlib and the reads let go
                 # of the GIL): read whole, the checks held them all at once in this process (gigabytes: the
                 # compute stage written whole) before the actors read them again.

@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 
-from pulsegraph.snapshots.checkpoint import CheckpointPace, CheckpointStore
+from pulsegraph.snapshots.checkpoint import CheckpointPace, CheckpointStore, WrittenPart
 from pulsegraph.snapshots.delta import late_transactions
 from pulsegraph.snapshots.epoch import Epoch, EpochInfo, EpochLog, EpochStatus, now
 from pulsegraph.snapshots.exceptions import EpochOrderError
@@ -365,13 +365,12 @@ class Coordinator:
         stages = self._stages
         compute = stages.checkpoint_consumer(epoch.number, self._data_dir, whole) if stages.has_consumer else None
         written = shards_written()  # (sha256, seconds the write stalled the shard) each
-        # (sha256, seconds, the config fingerprint of a stage written whole or None)
-        compute_digest, compute_s, compute_whole = compute() if compute is not None else (None, 0.0, None)
+        part: WrittenPart = compute() if compute is not None else WrittenPart(None, 0.0)
         self._checkpoints.commit(
-            epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, compute_digest, late,
-            compute_whole,
+            epoch.number, epoch.vector, valid, {i: digest for i, (digest, _) in enumerate(written)}, part.digest, late,
+            part.whole, dict(part.files),
         )
-        self._pace.done(max([compute_s, *(s for _, s in written)]))
+        self._pace.done(max([part.seconds, *(s for _, s in written)]))
         if epoch.status is not EpochStatus.DURABLE:  # a stop's checkpoint may write the newest durable one again, whole
             epoch.advance(EpochStatus.DURABLE)
         with self._lock:

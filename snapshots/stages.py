@@ -81,4 +81,4 @@ class Stages(Protocol):
 
     def checkpoint_consumer(self, epoch: int, data_dir: str, whole: bool = False) -> Pending:
         """The consumer starts writing its part as of ``epoch``, the last it merged (``whole``: its whole state,
-        where it can); waiting gives (sha256, seconds, the config fingerprint of a state written whole or None)."""
+        where it can); waiting gives its :class:`~pulsegraph.snapshots.checkpoint.WrittenPart`."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -109,3 +110,12 @@ class PartitionPort(Protocol):
         it); then each runs ``receive(the messages addressed to it, in sender order, *args)``; the
         receivers' answers. Messages go from partition to partition (a Ray port hands one call's object
         refs to the next), never through the driver."""
+
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        """Partitions held elsewhere write their rows into epoch ``epoch``'s checkpoint folder, each its own
+        file, and the port pickles as those files from then on; (file name, sha256) each. Partitions in the
+        driver's process write nothing: they are pickled with it."""
+
+    def reopen(self, folder: Path | None) -> None:
+        """After this port was read back from a checkpoint: its partitions again, each from its file in
+        ``folder`` (nothing to do for partitions pickled with the driver)."""

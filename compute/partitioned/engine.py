@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,12 @@ class InProcessPartitions:
     def exchange(self, send: str, receive: str, *args: Any) -> list[Any]:
         sent = [self._op(p, send)(*args) for p in self.partitions]
         return [self._op(p, receive)([m[i] for m in sent], *args) for i, p in enumerate(self.partitions)]
+
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        return ()  # pickled with the engine
+
+    def reopen(self, folder: Path | None) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,15 @@ class PartitionedEngine:
         self._rounds += 1
         self._sweeps += send == "sweep_send"
         return self.port.exchange(send, receive, *args)
+
+    def write_parts(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        """The partitions' rows into epoch ``epoch``'s checkpoint, where they live elsewhere (see
+        :meth:`PartitionPort.write`): the engine is pickled next, and is read back with :meth:`reopen`."""
+        return self.port.write(epoch, data_dir)
+
+    def reopen(self, folder: Path | None) -> None:
+        """This engine read back from a checkpoint in ``folder``: its partitions again, from their files."""
+        self.port.reopen(folder)
 
     # -- epochs -------------------------------------------------------------------------------------
 

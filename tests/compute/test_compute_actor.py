@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
@@ -96,7 +97,7 @@ def test_a_stage_read_back_whole_publishes_its_first_epoch_whole_to_a_consumer_w
     first, second = sealed_epochs(2_000, 1_000)
     stage = ComputeStage.made(StageConfig())
     stage.apply([first])
-    digest, _, whole_as = stage.write_checkpoint(1, str(tmp_path), fingerprint(StageConfig()))
+    digest, _, whole_as, _ = stage.write_checkpoint(1, str(tmp_path), fingerprint(StageConfig()))
     assert whole_as == fingerprint(StageConfig())
     reference = stage.apply([second])  # what a stage that never stopped publishes for epoch 2
     path = str(CheckpointStore(tmp_path).folder(1) / "compute.ckpt")
@@ -122,3 +123,45 @@ def test_a_stage_read_back_whole_publishes_its_first_epoch_whole_to_a_consumer_w
                 assert changed == {(s, d, t, m) for s, d, t, m in zip(*(getattr(whole, f).tolist() for f in ("src", "dst", "etype", "mult")))}
         finally:
             ray.kill(actor)
+
+
+def test_partition_actors_write_their_rows_and_a_stage_read_back_whole_makes_new_ones_from_them(ray_cluster, tmp_path):
+    """With partition actors, a stop's checkpoint holds each partition's rows in a file of its own, written by
+    that partition (never through the compute actor); a compute actor started from it makes new partition
+    actors that read their files back, and publishes what a compute actor that went on publishes."""
+    first, second, third = sealed_epochs(2_000, 1_000, 1_000)
+    config = StageConfig(partitions=2)
+
+    def newest(actor, e: SealedEpoch):
+        ray.get(actor.apply_epochs.remote([e.info], *e.deltas), timeout=120)
+        results, _ = ray.get(actor.results_in_order.remote(0, 0, False, e.info.epoch - 1), timeout=60)
+        return results[-1]
+
+    going = ComputeActor.remote(config=config)
+    try:
+        ray.get(going.apply_epochs.remote([first.info], *first.deltas), timeout=120)
+        written = ray.get(going.checkpoint.remote(1, str(tmp_path), True), timeout=120)
+        want = [newest(going, e) for e in (second, third)]
+    finally:
+        ray.kill(going)
+    assert written.whole == fingerprint(config) and [name for name, _ in written.files] == ["partition-0.ckpt", "partition-1.ckpt"]
+    folder = CheckpointStore(tmp_path).folder(1)
+    again = ComputeActor.remote(config=config, restore=(str(folder / "compute.ckpt"), written.digest), whole=True)
+    try:
+        held = ray.get(again.partition_memory.remote(), timeout=60)
+        assert len(held) == 2 and all(m["held"] > 0 for m in held), held  # their rows, before any epoch
+        for e, w in zip((second, third), want, strict=True):
+            got = newest(again, e)
+            assert got.epoch == w.epoch and got.error_bounds == w.error_bounds
+            assert all((got.scores[k] == w.scores[k]).all() for k in w.scores)
+            assert str(got.apps["components"]) == str(w.apps["components"])
+    finally:
+        ray.kill(again)
+    # A partition's file that does not check out is refused by the partition reading it.
+    (folder / "partition-1.ckpt").write_bytes((folder / "partition-1.ckpt").read_bytes()[:-9] + b"corrupted")
+    broken = ComputeActor.remote(config=config, restore=(str(folder / "compute.ckpt"), written.digest), whole=True)
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError, match="partition-1.ckpt: checksum mismatch"):
+            ray.get(broken.partition_memory.remote(), timeout=60)
+    finally:
+        ray.kill(broken)

@@ -128,20 +128,21 @@ def test_a_stage_over_partitions_publishes_what_one_engine_does():
             assert np.abs(b.scores[algo] - s).sum() <= 2 * a.error_bounds[algo], algo
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_stage_written_whole_and_read_back_goes_on_as_one_that_never_stopped(tmp_path, seed):
+@pytest.mark.parametrize("seed, partitions", [(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 3)])
+def test_a_stage_written_whole_and_read_back_goes_on_as_one_that_never_stopped(tmp_path, seed, partitions):
     """A clean stop writes the stage whole (its merged graph, ranking vectors and applications, as a
     checkpoint file); read back at any epoch, it publishes for every later epoch exactly what the stage that
-    went on publishes: scores, counts, degrees, components, topics, landmarks, the graph's changes."""
+    went on publishes: scores, counts, degrees, components, topics, landmarks, the graph's changes. With
+    partitions in this process (the port pickled with the stage; actors write files: test_compute_actor)."""
     epochs = seal(random_tweet_epochs(seed, epochs=16, users=40, tags=6), 3)
-    config = StageConfig()
+    config = StageConfig(partitions=partitions)
     ongoing = ComputeStage.made(config)
     want = [ongoing.apply([e]) for e in epochs]
     for cut in (3, 9):
         stage = ComputeStage.made(config)
         for e in epochs[:cut]:
             stage.apply([e])
-        digest, _, whole_as = stage.write_checkpoint(cut, str(tmp_path), fingerprint(config))
+        digest, _, whole_as, _ = stage.write_checkpoint(cut, str(tmp_path), fingerprint(config))
         path = CheckpointStore(tmp_path).folder(cut) / "compute.ckpt"
         stage = ComputeStage.made(config, loads(read_verified(path, digest)), whole=True)
         assert whole_as == fingerprint(config) and stage.epoch == cut
@@ -161,7 +162,7 @@ def test_a_stage_with_a_recount_in_flight_is_written_whole_and_goes_on(tmp_path)
     stage = ComputeStage.made(config)
     for e in epochs[:4]:
         stage.apply([e])
-    digest, _, _ = stage.write_checkpoint(4, str(tmp_path), fingerprint(config))
+    digest, *_ = stage.write_checkpoint(4, str(tmp_path), fingerprint(config))
     again = ComputeStage.made(config, loads(read_verified(CheckpointStore(tmp_path).folder(4) / "compute.ckpt", digest)), whole=True)
     for e in epochs[4:]:
         got, want = again.apply([e]), stage.apply([e])

@@ -13,6 +13,7 @@ import shutil
 import time
 
 import orjson
+import pytest
 import ray
 from fastapi.testclient import TestClient
 
@@ -304,25 +305,31 @@ def api_graph(p: Pipeline) -> dict:
     return out
 
 
-def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_it_gives_the_api_the_graph_whole(ray_cluster, tmp_path):
-    """A clean stop checkpoints its last epoch with the compute stage written whole; the next start goes on from
-    it (nothing re-cut, no whole delta). The compute actor killed then is relaunched from that checkpoint while
-    the API's graph is of a later epoch: it publishes the graph whole to it, and the API's graph, the compute
-    stage's and the reference stay the same, edge for edge."""
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_it_gives_the_api_the_graph_whole(
+    ray_cluster, tmp_path, partitions,
+):
+    """A clean stop checkpoints its last epoch with the compute stage written whole (with partition actors, each
+    writes its rows beside it); the next start goes on from it (nothing re-cut, no whole delta). The compute
+    actor killed then is relaunched from that checkpoint while the API's graph is of a later epoch: it
+    publishes the graph whole to it, and the API's graph, the compute stage's and the reference stay the
+    same, edge for edge."""
     lines = edge_lines(2400, seed=14)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    p = Pipeline(settings(tmp_path, rate=1500)).start()
+    first = settings(tmp_path, rate=1500).model_copy(update={"compute_partitions": partitions})
+    p = Pipeline(first).start()
     try:
         p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 500, timeout=60)
     finally:
         p.stop()
     manifest = CheckpointStore(tmp_path / "data").latest()
     assert manifest is not None and manifest.compute_whole, "the stop's checkpoint holds the compute stage whole"
+    assert sorted(manifest.compute_files) == [f"partition-{q}.ckpt" for q in range(partitions) if partitions > 1]
     stopped = manifest.epoch
     assert p.store.latest_epoch == stopped, "the API took the stop's epoch in before keeping its view"
 
     # No periodic checkpoint replaces the stop's meanwhile: a relaunch goes back to it.
-    again = settings(tmp_path, rate=800).model_copy(update={"checkpoint_every": 10_000})
+    again = first.model_copy(update={"checkpoint_every": 10_000, "rate": 800})
     p = Pipeline(again).start()
     try:
         first = p.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from pulsegraph.snapshots.checkpoint import dumps, load_verified, loads, read_verified, verify_file, write_atomic
+from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified, loads, read_verified, verify_file, write_atomic
 from pulsegraph.snapshots.exceptions import CorruptCheckpoint
 from pulsegraph.snapshots.epoch import EpochInfo
 
@@ -72,3 +72,20 @@ def test_a_payload_is_loaded_buffer_by_buffer_as_read_whole_and_a_damaged_file_i
             load_verified(path)
         with pytest.raises(CorruptCheckpoint):
             verify_file(path, digest)
+
+
+def test_a_checkpoint_whose_partition_file_does_not_check_out_is_passed_over(tmp_path):
+    """A stage with partition actors written whole: the manifest names each partition's file with its sha256,
+    and a launch checks them as it checks the shards' files, falling back to the checkpoint before."""
+    store = CheckpointStore(tmp_path)
+    for epoch in (1, 2):
+        shard = store.write_shard(epoch, 0, b"shard")
+        compute = store.write_file(epoch, "compute.ckpt", b"stage")
+        rows = {f"partition-{q}.ckpt": store.write_file(epoch, f"partition-{q}.ckpt", b"rows %d" % q) for q in range(2)}
+        store.commit(epoch, {"p0": epoch}, {"p0": epoch}, {0: shard}, compute, compute_whole="f", compute_files=rows)
+    newest = store.latest()
+    assert newest is not None and newest.epoch == 2 and newest.compute_files == rows
+    torn = store.folder(2) / "partition-1.ckpt"
+    torn.write_bytes(torn.read_bytes()[:-1])
+    previous = store.latest()
+    assert previous is not None and previous.epoch == 1 and set(previous.compute_files) == set(rows)
