@@ -67,12 +67,13 @@ class _Kept:
 @ray.remote(concurrency_groups={"status": 1, "results": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
 class ComputeActor:
     def __init__(self, *, config: StageConfig | None = None, restore: tuple[str, str] | None = None,
-                 whole: bool = False, log_level: str = "INFO") -> None:
+                 whole: bool = False, log_level: str = "INFO", checked: bool = False) -> None:
         """``restore``: (path, sha256) of the compute part of a checkpoint; ``whole``: it holds the stage
-        written whole with this config, which goes on (the shards were restored to send ordinary deltas)."""
+        written whole with this config, which goes on (the shards were restored to send ordinary deltas);
+        ``checked``: the launch hashed the file just before (it is not hashed again: gigabytes)."""
         configure_logging(log_level)
         t0 = time.perf_counter()
-        saved = None if restore is None else load_verified(Path(restore[0]), restore[1])
+        saved = None if restore is None else load_verified(Path(restore[0]), restore[1], rehash=not checked)
         config = config or StageConfig()
         self._config = config
         # One partition: the stage makes today's engine itself. More: partition actors owned by this one.

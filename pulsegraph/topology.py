@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ from pulsegraph.results_topic import ResultPublisher
 from pulsegraph.settings import Settings
 from pulsegraph.snapshots.coordinator import CoordinatorConfig
 from pulsegraph.snapshots.coordinator_actor import EpochCoordinator
-from pulsegraph.snapshots.recovery import plan_recovery
+from pulsegraph.snapshots.recovery import plan_in_background, plan_recovery
 from pulsegraph.snapshots.shard import ShardActor
 from pulsegraph.supervisor import STATUS_TIMEOUT_S, Supervisor
 from pulsegraph.topic_wait import wait_for_topic
@@ -84,8 +85,7 @@ class Pipeline:
         # The archive always holds the retained epochs (the store serves all but the newest from it,
         # memory-mapped); --archive-results decides whether a restart takes them back.
         self.archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs)
-        # The newest epoch archived before this start: the floor of a new rule's since_epoch (epochs up to
-        # it may have been given out with their alerts already, and are cut again or taken back).
+        # The newest epoch archived before this start: a new rule's since_epoch floor (their alerts may be out already).
         given_out = self.archive.latest
         self.store = ResultStore(self.settings.retain_epochs, self.archive)
         # The alert rules live in the data folder (an unreadable file stops the start, naming what to do).
@@ -93,6 +93,7 @@ class Pipeline:
         self._status: dict = {"ingest": "starting"}
         self._stop = threading.Event()
         self._launched = threading.Event()
+        self._planned: Future | None = None  # the first launch's recovery plan, made while Ray starts
         # Set when the pipeline gave up (an error only the operator can fix); the service then exits.
         self.fatal = threading.Event()
         self.fatal_error: str | None = None
@@ -173,11 +174,13 @@ class Pipeline:
         """Start the pipeline. With Kafka this returns at once: the actors are launched as soon as the
         broker answers, and until then /health says the ingest is disconnected."""
         self.open()
-        init_ray(self.settings)
-        # Build Ray's serialization context here, on this thread: built first on the launcher
-        # thread, it races the main thread's imports (pydantic.v1) and fails.
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        self._planned = plan_in_background(s.data_dir, bool(s.checkpoint_every), s.shards)  # while Ray starts
+        init_ray(s)
+        # Build Ray's serialization context here, on this thread: built first on the launcher thread, it races
+        # the main thread's imports (pydantic.v1) and fails.
         ray.put(None)
-        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         if self.results is not None:
             self.results.start()  # connects (and finds where to resume) while the pipeline launches
         if self.settings.source == "kafka":
@@ -191,8 +194,8 @@ class Pipeline:
         """:meth:`start` on a thread of its own, for a service that answers from the archived history while
         Ray and the actors start (seconds). An error only the operator can fix (the data folder holds
         another source's history, a GPU missing) gives up as a failed relaunch does: :attr:`fatal`."""
-        # Ray builds its serialization context on that thread and imports pydantic's compatibility module
-        # then: imported here first, it cannot race an import of the thread that serves.
+        # Ray builds its serialization context on that thread and imports pydantic's compatibility module then:
+        # imported here first, it cannot race an import of the thread that serves.
         import ray._common.pydantic_compat  # noqa: F401
 
         # Ray sets its SIGTERM handler on the main thread only, and says so; the service sets its own.
@@ -248,13 +251,13 @@ class Pipeline:
             topic = self._kafka_topic()
             spec = dataclasses.replace(spec, partitions=topic.partitions)
             self.supervisor.topic = topic
-        manifest, resume = plan_recovery(s.data_dir, bool(s.checkpoint_every), s.shards)
+        planned, self._planned = self._planned, None  # the start's; a relaunch plans anew
+        manifest, resume = planned.result() if planned else plan_recovery(s.data_dir, bool(s.checkpoint_every), s.shards)
         check_resumable(s, resume, spec.partition_names(), topic)
         nodes = alive_nodes()
-        # Sized from the cluster when not given: shards hold the graph (2 per node keeps every
-        # core busy applying), ingest actors read (2 per node, never more than the partitions: an
-        # actor's round waits for every shard's ack, and a second one keeps the cores busy meanwhile;
-        # measured 127k events/s with one against 225k with two, 2 shards, bench/scale.py).
+        # Sized from the cluster when not given: shards hold the graph (2 per node keeps every core busy applying),
+        # ingest actors read (2 per node, never more than the partitions: an actor's round waits for every shard's
+        # ack, and a second one keeps the cores busy meanwhile; 127k events/s with one, 225k with two: bench/scale.py).
         n_shards = s.shards or (len(manifest.shards) if manifest else 2 * nodes)
         n_ingest = min(s.ingest_actors or 2 * nodes, len(spec.partition_names()))
         parts = s.compute_partitions
@@ -270,18 +273,17 @@ class Pipeline:
         # With partitions the ranking (and its GPU) is theirs: each asks for a GPU, the compute actor for none.
         check_gpus(s.device, parts)
         gpus = 1 if s.device == "cuda" and parts == 1 else 0
-        # Actors get typed configs made here, never the Settings: no token or password travels to an actor.
-        # (``type: ignore``: a type checker sees the plain class, not @ray.remote's actor class.)
+        # Actors get typed configs made here, never the Settings (no secret travels); ignore: @ray.remote's class.
         self.compute = ComputeActor.options(num_gpus=gpus).remote(  # type: ignore[attr-defined]
-            config=stage_config, restore=restore_ids, whole=whole, log_level=s.log_level,
+            config=stage_config, restore=restore_ids, whole=whole, log_level=s.log_level, checked=True,
         )
         self._partitions = self.compute.partition_actors.remote() if parts > 1 else None
-        # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched
-        # set on the nodes still alive. The coordinator holds no data and needs no CPU of its own.
+        # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched set on the
+        # nodes still alive. The coordinator holds no data and needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
-                shard=i, window=s.window,
+                shard=i, window=s.window, checked=True,  # the plan checked every file of the checkpoint just now
                 restore=None if manifest is None else (str(manifest.shard_path(i)), manifest.shards[i]), resend_all=not whole,
             )
             for i in range(n_shards)

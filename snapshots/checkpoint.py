@@ -140,14 +140,16 @@ def _check_digest(path: Path, stored: bytes, computed: bytes, expect: str | None
         raise CorruptCheckpoint(f"{path}: not the file its manifest names")
 
 
-def read_verified(path: Path, expect: str | None = None) -> bytes:
-    """The payload of a file written by :func:`write_atomic`; raises CorruptCheckpoint when it does not check out."""
+def read_verified(path: Path, expect: str | None = None, rehash: bool = True) -> bytes:
+    """The payload of a file written by :func:`write_atomic`; raises CorruptCheckpoint when it does not check out.
+    ``rehash=False``: the launch hashed the file moments ago (:meth:`CheckpointStore.latest`), so only its
+    header's digest is checked against ``expect`` (a restore reads gigabytes on a machine busy starting)."""
     try:
         blob = path.read_bytes()
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from exc
     digest, payload = _stored_digest(path, blob[:_HEAD]), blob[_HEAD:]
-    _check_digest(path, digest, hashlib.sha256(payload).digest(), expect)
+    _check_digest(path, digest, hashlib.sha256(payload).digest() if rehash else digest, expect)
     return payload
 
 
@@ -163,11 +165,12 @@ def verify_file(path: Path, expect: str | None = None) -> None:
     _check_digest(path, digest, h.digest(), expect)
 
 
-def load_verified(path: Path, expect: str | None = None):
+def load_verified(path: Path, expect: str | None = None, rehash: bool = True):
     """:func:`loads` of :func:`read_verified`, without the file's bytes whole in memory beside what they
     load into: a payload of :func:`dumps` is read buffer by buffer into the writable buffers it comes back
     as, checked against its digest as it is read (a compute stage written whole: gigabytes at tens of
-    millions of edges, which the plain way held twice). Raises CorruptCheckpoint as :func:`read_verified`."""
+    millions of edges, which the plain way held twice). Raises CorruptCheckpoint as :func:`read_verified`;
+    ``rehash`` as there."""
     try:
         with open(path, "rb") as f:
             digest, h = _stored_digest(path, f.read(_HEAD)), hashlib.sha256()
@@ -176,11 +179,12 @@ def load_verified(path: Path, expect: str | None = None):
                 buf = bytearray(n)
                 if f.readinto(buf) != n:
                     raise CorruptCheckpoint(f"{path}: cut short")
-                h.update(buf)
+                if rehash:
+                    h.update(buf)
                 return buf
 
             if bytes(read(len(_OUT_OF_BAND))) != _OUT_OF_BAND:
-                return loads(read_verified(path, expect))  # a whole pickle: small, from before dumps
+                return loads(read_verified(path, expect, rehash))  # a whole pickle: small, from before dumps
             (count,) = struct.unpack("<Q", read(8))
             head_size, *sizes = struct.unpack(f"<{count + 1}Q", read(8 * (count + 1)))
             head = read(head_size)
@@ -189,7 +193,7 @@ def load_verified(path: Path, expect: str | None = None):
                 raise CorruptCheckpoint(f"{path}: longer than its payload")
     except OSError as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from exc
-    _check_digest(path, digest, h.digest(), expect)
+    _check_digest(path, digest, h.digest() if rehash else digest, expect)
     return _unpickle(head, buffers)
 
 

@@ -22,14 +22,16 @@ from pulsegraph.snapshots.store import ShardStore
 class ShardActor:
     def __init__(
         self, *, shard: int, window: float | None = None, restore: tuple[str, str] | None = None, resend_all: bool = True,
+        checked: bool = False,
     ) -> None:
         """``restore``: (path, sha256) of this shard's file in a checkpoint, read from storage every node sees.
         ``window``: the sliding window in seconds (None: the graph keeps everything). ``resend_all``: the first
-        delta after a restore is the whole shard (False: the compute stage was read back whole at its epoch)."""
+        delta after a restore is the whole shard (False: the compute stage was read back whole at its epoch).
+        ``checked``: the launch hashed the file just before (it is not hashed again)."""
         if restore is None:
             self._store = ShardStore(shard, window)
         else:
-            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1]), resend_all)
+            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1], rehash=not checked), resend_all)
             if self._store.shard != shard:
                 raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
             if self._store.window != window:

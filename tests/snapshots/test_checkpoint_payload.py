@@ -89,3 +89,14 @@ def test_a_checkpoint_whose_partition_file_does_not_check_out_is_passed_over(tmp
     torn.write_bytes(torn.read_bytes()[:-1])
     previous = store.latest()
     assert previous is not None and previous.epoch == 1 and set(previous.compute_files) == set(rows)
+
+
+def test_a_file_the_launch_just_checked_is_read_without_hashing_it_again_but_must_be_the_one_named(tmp_path):
+    path = tmp_path / "compute.ckpt"
+    digest = write_atomic(path, dumps({"v": np.arange(1000)}))
+    assert (load_verified(path, digest, rehash=False)["v"] == np.arange(1000)).all()
+    assert loads(read_verified(path, digest, rehash=False))["v"].sum() == 499500
+    with pytest.raises(CorruptCheckpoint, match="not the file its manifest names"):
+        load_verified(path, "0" * 64, rehash=False)
+    with pytest.raises(CorruptCheckpoint, match="not the file its manifest names"):
+        read_verified(path, "0" * 64, rehash=False)
