@@ -184,6 +184,8 @@ class Settings(BaseSettings):
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many epochs (0: never); a restart resumes from the newest")
     checkpoint_budget: float = Field(0.1, gt=0, le=1, description="share of its time a stage may spend writing checkpoints: after one that stalled a stage for d seconds, "
         "new epochs are not checkpointed for d * (1 / budget - 1) (checkpoints under 0.25 s never pause; 1: never pause)")
+    checkpoint_whole_every: int = Field(0, ge=0, description="write the compute stage whole (its graph, ranking and applications: ~110 B per live edge) in every this many "
+        "checkpoints, so that a restart after a crash goes on from it instead of rebuilding them from the shards (0: only in a clean stop's)")
     epoch_log_keep: int = Field(10_000, ge=0, description="epochs the epoch log keeps at least; older entries that a kept checkpoint covers are dropped (with checkpoints on)")
     rank_types: Annotated[tuple[str, ...] | None, NoDecode] = Field(None, description="edge types PageRank ranks, comma-separated (default: mentions for tweets, all for edges)")
     pagerank_tol: float = Field(1e-7, gt=0, lt=1, description="ranks are within this L1 error of the exact PageRank (TunkRank: relative to the scores' sum)")

@@ -292,8 +292,8 @@ class Pipeline:
         cuts = CoordinatorConfig(
             log_path=str(s.data_dir / "epochs.log"), interval_s=s.epoch_interval, data_dir=str(s.data_dir),
             checkpoint_every=s.checkpoint_every, window=s.window, log_keep=s.epoch_log_keep,
-            checkpoint_budget=s.checkpoint_budget, max_queued_bytes=s.compute_queue_limit or None,
-            max_result_lag=s.max_result_lag,
+            checkpoint_budget=s.checkpoint_budget, checkpoint_whole_every=s.checkpoint_whole_every,
+            max_queued_bytes=s.compute_queue_limit or None, max_result_lag=s.max_result_lag,
         )
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             shards=self.shards, consumer=self.compute, config=cuts, resume=resume, log_level=s.log_level,

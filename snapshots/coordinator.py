@@ -71,6 +71,7 @@ class Coordinator:
         self._pace = CheckpointPace(config.checkpoint_budget, config.checkpoint_pause_from_s, config.clock)
         self._durable_epoch = resume.epoch if resume else 0  # the newest checkpoint committed
         self._checkpointed = resume.epoch if resume else 0  # the newest epoch made a checkpoint
+        self._since_whole = 0  # checkpoints committed with the consumer's ids only since one with it whole
         self._lock = threading.Lock()  # progress table vs. the cut
         self._cut_lock = threading.Lock()  # one cut at a time
         self._progress: dict[str, int] = {}
@@ -359,10 +360,12 @@ class Coordinator:
             return False
 
     def _commit_checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int, whole: bool) -> None:
-        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it; ``whole``: its whole
-        state where it can write it), the shards' files written at the cut, then the manifest: the epoch is DURABLE."""
+        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it; ``whole``, as every
+        ``checkpoint_whole_every``-th checkpoint: its whole state), the shards' files written at the cut, then the
+        manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None and self._data_dir is not None  # only where checkpoints are configured
-        stages = self._stages
+        stages, every = self._stages, self.config.checkpoint_whole_every
+        whole = whole or bool(every and self._since_whole + 1 >= every)
         compute = stages.checkpoint_consumer(epoch.number, self._data_dir, whole) if stages.has_consumer else None
         written = shards_written()  # (sha256, seconds the write stalled the shard) each
         part: WrittenPart = compute() if compute is not None else WrittenPart(None, 0.0)
@@ -371,6 +374,7 @@ class Coordinator:
             part.whole, dict(part.files),
         )
         self._pace.done(max([part.seconds, *(s for _, s in written)]))
+        self._since_whole = 0 if part.whole else self._since_whole + 1
         if epoch.status is not EpochStatus.DURABLE:  # a stop's checkpoint may write the newest durable one again, whole
             epoch.advance(EpochStatus.DURABLE)
         with self._lock:

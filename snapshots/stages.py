@@ -40,6 +40,8 @@ class CoordinatorConfig:
     ``log_keep``: the newest epochs the log keeps even once a checkpoint covers them (it is compacted
     after each checkpoint). ``checkpoint_budget``: the share of its time a stage may spend writing
     checkpoints (1: no pause); checkpoints quicker than ``checkpoint_pause_from_s`` never pause.
+    ``checkpoint_whole_every``: every this many checkpoints has the consumer written whole, as a clean stop's
+    has (0: only a stop's).
     ``max_queued_bytes``: the deltas of the sealed epochs not merged yet (queued or in the consumer's
     hands) at which the queue is full (None or 0: only :data:`MAX_QUEUED` epochs bound it).
     ``max_result_lag``: seconds of seal time the newest ranked epoch may fall behind the newest sealed
@@ -54,6 +56,7 @@ class CoordinatorConfig:
     log_keep: int = 0
     checkpoint_budget: float = 1.0
     checkpoint_pause_from_s: float = CHECKPOINT_PAUSE_FROM_S
+    checkpoint_whole_every: int = 0
     max_queued_bytes: int | None = None
     max_result_lag: float | None = None
     clock: Callable[[], float] = time.monotonic

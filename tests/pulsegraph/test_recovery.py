@@ -62,12 +62,16 @@ def assert_log_is_one_history(path) -> list[dict]:
     return entries
 
 
-def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path):
+@pytest.mark.parametrize("whole_every", [0, 1])
+def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path, whole_every):
+    """Three crashes, each restart from the newest checkpoint: with ``whole_every`` 1 every checkpoint has the
+    compute stage written whole, and each restart goes on from it (the shards send ordinary deltas)."""
     lines = edge_lines(2400, seed=11)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
     seen_epochs: list[int] = []
+    kinds: list[bool] = []  # the newest checkpoint at each crash: has it the compute stage whole?
     for _ in range(3):
-        p = Pipeline(settings(tmp_path, rate=1500)).start()
+        p = Pipeline(settings(tmp_path, rate=1500).model_copy(update={"checkpoint_whole_every": whole_every})).start()
         start = p.wait_for_epoch(lambda v: True, timeout=60).result
         seen_epochs.append(start.epoch)
         # Every epoch the restarted pipeline seals equals the reference at its vector.
@@ -77,6 +81,10 @@ def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path
         if view.result.epoch == ray.get(p.compute.latest_epoch.remote()):
             assert snap == reference(records, view.result.vector)
         crash(p)
+        manifest = CheckpointStore(tmp_path / "data").latest()
+        if manifest is not None:  # (a loaded machine may crash the first run before its first checkpoint)
+            kinds.append(bool(manifest.compute_whole))
+    assert kinds and set(kinds) == {bool(whole_every)}, kinds
     p = Pipeline(settings(tmp_path, rate=0)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
@@ -316,8 +324,9 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
     same, edge for edge."""
     lines = edge_lines(2400, seed=14)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    first = settings(tmp_path, rate=1500).model_copy(update={"compute_partitions": partitions})
-    p = Pipeline(first).start()
+    # Paced so that the stop comes with lines left for the next start (2400 at 400 a second: 6 s).
+    base = settings(tmp_path, rate=400).model_copy(update={"compute_partitions": partitions})
+    p = Pipeline(base).start()
     try:
         p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 500, timeout=60)
     finally:
@@ -327,9 +336,10 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
     assert sorted(manifest.compute_files) == [f"partition-{q}.ckpt" for q in range(partitions) if partitions > 1]
     stopped = manifest.epoch
     assert p.store.latest_epoch == stopped, "the API took the stop's epoch in before keeping its view"
+    assert manifest.vector["file:0"] < len(lines) - 200, "the stop came too late to leave the next start epochs to cut"
 
     # No periodic checkpoint replaces the stop's meanwhile: a relaunch goes back to it.
-    again = first.model_copy(update={"checkpoint_every": 10_000, "rate": 800})
+    again = base.model_copy(update={"checkpoint_every": 10_000, "rate": 800})
     p = Pipeline(again).start()
     try:
         first = p.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result

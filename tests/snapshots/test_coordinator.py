@@ -317,6 +317,48 @@ def test_a_clean_stop_checkpoints_its_last_epoch_with_the_stage_whole_and_the_ne
         ComputeStage.made(StageConfig(rank_types=None), saved, whole=True)
 
 
+def test_every_second_checkpoint_whole_and_a_crash_goes_on_from_the_newest_one(tmp_path, harnesses):
+    """``checkpoint_whole_every=2``: checkpoints alternate between the consumer's ids and its whole state. After a
+    crash the newest (whole) one is resumed from: the stage goes on from its state, the shards send ordinary
+    deltas, the logged epochs after it are cut again, and every epoch equals an uninterrupted run's."""
+    data = tmp_path / "data"
+    config = CoordinatorConfig(log_path=str(data / "epochs.log"), data_dir=str(data), checkpoint_every=2,
+                               checkpoint_whole_every=2)
+    first = Harness(config)
+    harnesses.append(first)
+    kinds = {}
+    for e in range(1, 10):
+        first.cut(e)
+        first.coordinator.flush()
+        manifest = CheckpointStore(data).latest()
+        if manifest is not None:
+            kinds[manifest.epoch] = manifest.compute_whole
+    first.close()  # a crash: epochs 1-9 logged, no stop's checkpoint
+    assert kinds == {2: None, 4: fingerprint(STAGE), 6: None, 8: fingerprint(STAGE)}
+
+    manifest, resume = plan_recovery(data, True, 2)
+    assert manifest is not None and resume is not None and resume.epoch == 8 and [e.epoch for e in resume.replay] == [9]
+    saved = loads(read_verified(manifest.compute_path, manifest.compute))
+    stores = [ShardStore.restore(read_verified(manifest.shard_path(i), manifest.shards[i]), resend_all=False) for i in range(2)]
+    again = Harness(config, stores=stores, stage=ComputeStage.made(STAGE, saved, whole=True), resume=resume)
+    harnesses.append(again)
+    reference_run = Harness(CoordinatorConfig(log_path=str(tmp_path / "ref.log")))
+    harnesses.append(reference_run)
+    for e in range(1, 11):
+        reference_run.cut(e)
+        reference_run.coordinator.flush()
+    again.deliver(9)
+    assert again.coordinator.cut().epoch == 9  # cut again, as logged
+    again.cut(10)
+    again.coordinator.flush()
+    assert again.stages.full_deltas == 0, "the restored shards sent ordinary deltas"
+    got, want = again.stages.results[-1], reference_run.stages.results[-1]
+    assert got.epoch == want.epoch == 10
+    assert again.stages.stage.graph.snapshot() == reference({"p": RECORDS}, {"p": 50}, "multi")
+    for name in want.scores:
+        assert (got.scores[name] == want.scores[name]).all(), name
+
+
 def test_a_failure_in_the_consumer_fails_the_pipeline_and_no_later_epoch_is_ranked(tmp_path, harnesses):
     stage = ComputeStage(("link",))
     stage.apply([SealedEpoch(EpochInfo(epoch=9, vector={}, records=0, sealed_at=0.0, commit_ms=0.0, timeliness_ms={}))])
