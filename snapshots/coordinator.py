@@ -293,7 +293,7 @@ class Coordinator:
                 if self._queue or last is None or self._handed_through != last.number or not self._checkpoint_due(last):
                     return
             parts = self._checkpoint_parts(last)
-        self._checkpoint(*parts)
+        self._checkpoint(*parts, whole=self._whole_due())
 
     # -- the hand-off thread -----------------------------------------------------------------
     def _next_batch(self) -> list:
@@ -348,8 +348,13 @@ class Coordinator:
             self._log.mark_ranked(infos[-1].epoch)
             self._handed = self._stages.consume(infos, [d for _, deltas, _, _ in batch for d in deltas])
             self._ranked_sealed_at = infos[-1].sealed_at
-        if batch[-1][2] is not None:
-            self._checkpoint(*batch[-1][2])
+        if batch[-1][2] is not None:  # a re-cut epoch's checkpoint keeps the ids only: the recovery goes on sooner
+            self._checkpoint(*batch[-1][2], whole=self._whole_due() and not batch[-1][3])
+
+    def _whole_due(self) -> bool:
+        """Is the next periodic checkpoint the ``checkpoint_whole_every``-th, with the consumer written whole?"""
+        every = self.config.checkpoint_whole_every
+        return bool(every) and self._since_whole + 1 >= every
 
     def _checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int = 0, whole: bool = False) -> bool:
         try:
@@ -360,12 +365,10 @@ class Coordinator:
             return False
 
     def _commit_checkpoint(self, epoch: Epoch, valid: dict[str, int], shards_written: Pending, late: int, whole: bool) -> None:
-        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it; ``whole``, as every
-        ``checkpoint_whole_every``-th checkpoint: its whole state), the shards' files written at the cut, then the
-        manifest: the epoch is DURABLE."""
+        """The consumer's ids as of ``epoch`` (it has just merged exactly up to it; ``whole``: its whole state),
+        the shards' files written at the cut, then the manifest: the epoch is DURABLE."""
         assert self._checkpoints is not None and self._data_dir is not None  # only where checkpoints are configured
-        stages, every = self._stages, self.config.checkpoint_whole_every
-        whole = whole or bool(every and self._since_whole + 1 >= every)
+        stages = self._stages
         compute = stages.checkpoint_consumer(epoch.number, self._data_dir, whole) if stages.has_consumer else None
         written = shards_written()  # (sha256, seconds the write stalled the shard) each
         part: WrittenPart = compute() if compute is not None else WrittenPart(None, 0.0)
