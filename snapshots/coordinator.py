@@ -247,12 +247,13 @@ class Coordinator:
                 self._lag_peak = max(self._lag_peak, epoch.sealed_at - self._ranked_sealed_at)
             return info
 
-    def _checkpoint_parts(self, epoch: Epoch) -> tuple:
+    def _checkpoint_parts(self, epoch: Epoch) -> tuple[Epoch, dict[str, int], Pending, int]:
         """Ask the shards to write their parts as of ``epoch``, the newest they applied (caller holds the cut
         lock, so none applies a later one first); the consumer's part and the manifest follow on the
         hand-off thread."""
         self._checkpointed = epoch.number
-        assert self._data_dir is not None  # checkpoints are configured only with a data folder
+        # Checkpoints are configured only with a data folder; callers checkpoint only epochs whose valid counts are known.
+        assert self._data_dir is not None and epoch.valid is not None
         return epoch, epoch.valid, self._stages.checkpoint_shards(epoch.number, self._data_dir), self._late
 
     def _checkpoint_due(self, last: Epoch | None) -> bool:
@@ -349,7 +350,8 @@ class Coordinator:
             self._handed = self._stages.consume(infos, [d for _, deltas, _, _ in batch for d in deltas])
             self._ranked_sealed_at = infos[-1].sealed_at
         if batch[-1][2] is not None:  # a re-cut epoch's checkpoint keeps the ids only: the recovery goes on sooner
-            self._checkpoint(*batch[-1][2], whole=self._whole_due() and not batch[-1][3])
+            epoch, valid, shards_written, late = batch[-1][2]
+            self._checkpoint(epoch, valid, shards_written, late, whole=self._whole_due() and not batch[-1][3])
 
     def _whole_due(self) -> bool:
         """Is the next periodic checkpoint the ``checkpoint_whole_every``-th, with the consumer written whole?"""
