@@ -234,7 +234,8 @@ def main() -> int:
                     "with no run and no crash before")
     ap.add_argument("--compute-partitions", type=int, default=1, help="the service's (with --from: the stopped one's, "
                     "or its checkpoint is not read back whole)")
-    ap.add_argument("--checkpoint-whole-every", type=int, default=0, help="the service's (0: left out, the code's default)")
+    ap.add_argument("--service-arg", action="append", default=[], help="one more argument of pulsegraph run, in one word "
+                    "(repeat it: --service-arg=--checkpoint-whole-every=1 --service-arg=--checkpoint-budget=0.3)")
     ap.add_argument("--times", type=int, default=1, help="with --from: stop cleanly (SIGINT) after each restart and "
                     "start again on the same copy, this many times in all")
     args = ap.parse_args()
@@ -242,8 +243,7 @@ def main() -> int:
     print(f"work folder: {work}", file=sys.stderr)
     service_args = ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level,
                     "--compute-partitions", str(args.compute_partitions)]
-    if args.checkpoint_whole_every:
-        service_args += ["--checkpoint-whole-every", str(args.checkpoint_whole_every)]
+    service_args += args.service_arg
     if args.folder is not None:
         print(f"machine: {machine()}")
         for i, got in enumerate(measure_from(args.folder, work, service_args, code=args.code, times=args.times)):
