@@ -64,12 +64,13 @@ def assert_log_is_one_history(path) -> list[dict]:
 
 @pytest.mark.parametrize("whole_every", [0, 1])
 def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path, whole_every):
-    """Three crashes, each restart from the newest checkpoint: with ``whole_every`` 1 every checkpoint has the
-    compute stage written whole, and each restart goes on from it (the shards send ordinary deltas)."""
+    """Three crashes, each restart from the newest checkpoint: with ``whole_every`` 1 every periodic checkpoint has
+    the compute stage written whole, and a restart from one goes on from it (the shards send ordinary deltas);
+    re-cut epochs' checkpoints keep the ids only, so a crash soon after a restart may meet one of those."""
     lines = edge_lines(2400, seed=11)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
     seen_epochs: list[int] = []
-    kinds: list[bool] = []  # the newest checkpoint at each crash: has it the compute stage whole?
+    kinds: list[bool | None] = []  # the newest checkpoint at each crash: has it the compute stage whole? (None: none)
     for _ in range(3):
         p = Pipeline(settings(tmp_path, rate=1500).model_copy(update={"checkpoint_whole_every": whole_every})).start()
         start = p.wait_for_epoch(lambda v: True, timeout=60).result
@@ -82,9 +83,10 @@ def test_crashes_mid_stream_end_in_the_uninterrupted_graph(ray_cluster, tmp_path
             assert snap == reference(records, view.result.vector)
         crash(p)
         manifest = CheckpointStore(tmp_path / "data").latest()
-        if manifest is not None:  # (a loaded machine may crash the first run before its first checkpoint)
-            kinds.append(bool(manifest.compute_whole))
-    assert kinds and set(kinds) == {bool(whole_every)}, kinds
+        kinds.append(None if manifest is None else bool(manifest.compute_whole))
+    known = [k for k in kinds if k is not None]  # (a loaded machine may crash the first run before its first checkpoint)
+    assert known and any(known) == bool(whole_every), kinds
+    assert kinds[0] in (None, bool(whole_every)), "the first run re-cut nothing: its checkpoints are all periodic ones"
     p = Pipeline(settings(tmp_path, rate=0)).start()
     try:
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
