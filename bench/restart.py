@@ -232,18 +232,15 @@ def main() -> int:
     ap.add_argument("--log-level", default="WARNING", help="the service's (its log is service.log in the folder printed)")
     ap.add_argument("--from", dest="folder", type=Path, help="restart on a copy of this stopped service's data folder, "
                     "with no run and no crash before")
-    ap.add_argument("--compute-partitions", type=int, default=1, help="the service's (with --from: the stopped one's, "
-                    "or its checkpoint is not read back whole)")
     ap.add_argument("--service-arg", action="append", default=[], help="one more argument of pulsegraph run, in one word "
-                    "(repeat it: --service-arg=--checkpoint-whole-every=1 --service-arg=--checkpoint-budget=0.3)")
+                    "(repeat it: --service-arg=--compute-partitions=2 --service-arg=--checkpoint-whole-every=1; with --from, "
+                    "the stopped service's settings, or its checkpoint is not read back whole)")
     ap.add_argument("--times", type=int, default=1, help="with --from: stop cleanly (SIGINT) after each restart and "
                     "start again on the same copy, this many times in all")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
     print(f"work folder: {work}", file=sys.stderr)
-    service_args = ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level,
-                    "--compute-partitions", str(args.compute_partitions)]
-    service_args += args.service_arg
+    service_args = ["--rate", "0", "--users", str(args.users), "--log-level", args.log_level, *args.service_arg]
     if args.folder is not None:
         print(f"machine: {machine()}")
         for i, got in enumerate(measure_from(args.folder, work, service_args, code=args.code, times=args.times)):
