@@ -349,6 +349,11 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
         p.wait_for_epoch(lambda v: v.result.epoch > stopped + 3, timeout=60)
         ray.kill(p.compute, no_restart=True)
         view = p.wait_for_epoch(lambda v: relaunched(p, 1) and v.result.vector.get("file:0") == len(lines), timeout=120)
+        # A loaded machine may have ranked the last epoch before the kill: the relaunched stage must reach it too.
+        deadline = time.monotonic() + 60
+        while ray.get(p.compute.latest_epoch.remote(), timeout=30) < view.result.epoch:
+            assert time.monotonic() < deadline, "the relaunched compute stage never reached the newest epoch served"
+            time.sleep(0.1)
         want = reference(records, view.result.vector)
         assert ray.get(p.compute.snapshot.remote()) == want
         live = {k: v for k, v in want["edges"].items() if v[0] > 0}
