@@ -325,12 +325,15 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
     publishes the graph whole to it, and the API's graph, the compute stage's and the reference stay the
     same, edge for edge."""
     lines = edge_lines(2400, seed=14)
-    records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    # Paced so that the stop comes with lines left for the next start (2400 at 400 a second: 6 s).
-    base = settings(tmp_path, rate=400).model_copy(update={"compute_partitions": partitions})
+    records = {"file:0": list(enumerate(lines))}
+    # The first run reads half the file, the next start the rest, appended while the service is down (the
+    # source follows a growing file): the stop leaves the next start epochs to cut on any machine's pace.
+    path = tmp_path / "events.jsonl"
+    write(path, lines[:1200])
+    base = settings(tmp_path, rate=0).model_copy(update={"compute_partitions": partitions})
     p = Pipeline(base).start()
     try:
-        p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) > 500, timeout=60)
+        p.wait_for_epoch(lambda v: v.result.vector.get("file:0", 0) == 1200, timeout=60)
     finally:
         p.stop()
     manifest = CheckpointStore(tmp_path / "data").latest()
@@ -338,10 +341,12 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
     assert sorted(manifest.compute_files) == [f"partition-{q}.ckpt" for q in range(partitions) if partitions > 1]
     stopped = manifest.epoch
     assert p.store.latest_epoch == stopped, "the API took the stop's epoch in before keeping its view"
-    assert manifest.vector["file:0"] < len(lines) - 200, "the stop came too late to leave the next start epochs to cut"
+    assert manifest.vector["file:0"] == 1200
+    with path.open("ab") as fh:
+        fh.write(b"".join(line + b"\n" for line in lines[1200:]))
 
     # No periodic checkpoint replaces the stop's meanwhile: a relaunch goes back to it.
-    again = base.model_copy(update={"checkpoint_every": 10_000, "rate": 800})
+    again = base.model_copy(update={"checkpoint_every": 10_000, "rate": 400})
     p = Pipeline(again).start()
     try:
         first = p.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result
