@@ -66,17 +66,18 @@ class RankPartitionActor:
 
     def __init__(
         self, *, index: int, parts: int, owner: Owner, config: RankConfig, compact_min: int | None = None,
-        log_level: str = "INFO", restore: tuple[str, str] | None = None,
+        log_level: str = "INFO", restore: tuple[str, str] | None = None, checked: bool = False,
     ) -> None:
         """``restore``: (path, sha256) of this partition's file in a checkpoint (:meth:`write`), read back
-        here, on the partition's own node: its rows never pass through the compute actor."""
+        here, on the partition's own node: its rows never pass through the compute actor; ``checked``: the
+        launch hashed the file just before (only its header's digest is compared)."""
         configure_logging(log_level)
         self._parts = parts
         if restore is None:
             self._part = RankPartition(index, parts, owner, config, None, compact_min)
         else:
             t0 = time.perf_counter()
-            self._part = load_verified(Path(restore[0]), restore[1])
+            self._part = load_verified(Path(restore[0]), restore[1], rehash=not checked)
             if (self._part.q, self._part.space.parts) != (index, parts):
                 raise CheckpointError(f"{restore[0]} holds partition {self._part.q} of {self._part.space.parts}, "
                                       f"not {index} of {parts}")
@@ -120,11 +121,14 @@ class RayPartitions:
     Every call is one round: the calls go out together and ``ray.get`` waits for all the answers. A
     partition that died fails the round with :class:`~pulsegraph.compute.exceptions.PartitionLost`."""
 
-    def __init__(self, actors: Sequence[Any], spawn: dict[str, Any] | None = None) -> None:
+    def __init__(self, actors: Sequence[Any], spawn: dict[str, Any] | None = None,
+                 restored: Sequence[tuple[str, str]] | None = None) -> None:
         self.actors = list(actors)
         # How the actors were made (spawn_partitions' arguments), to make them again from their files.
         self._spawn = dict(spawn or {})
         self._written: tuple[tuple[str, str], ...] | None = None  # the files of the last write(): (name, sha256)
+        # The files the actors were read back from, (path, sha256) each; None: made empty.
+        self._restored = None if restored is None else [(path, digest) for path, digest in restored]
 
     @property
     def parts(self) -> int:
@@ -174,10 +178,19 @@ class RayPartitions:
     def __setstate__(self, state: dict) -> None:
         self.actors, self._written, self._spawn = [], state["written"], state["spawn"]
 
-    def reopen(self, folder: Path | None) -> None:
+    def reopen(self, folder: Path | None, started: Any = None) -> None:
         if self.actors or folder is None or self._written is None:
             raise ComputeError("partition actors are made again from the files of the checkpoint this port was read from")
         restore = [(str(Path(folder) / name), digest) for name, digest in self._written]
+        if isinstance(started, RayPartitions):
+            # Started from the manifest's files while this port was unpickled: theirs only if they were made as
+            # this port's were, from the very files it names (else made again, and those killed).
+            same = ("config", "parts", "owner", "compact_min")  # the log level may differ: no matter
+            if all(started._spawn[k] == self._spawn[k] for k in same) and started._restored == restore:
+                self.actors, started.actors = started.actors, []
+                return
+            log.warning("partition actors started early do not match the checkpoint's; making them again")
+            started.close()
         self.actors = spawn_partitions(**self._spawn, restore=restore).actors
 
     def memory(self) -> list[dict[str, int]]:
@@ -210,22 +223,41 @@ def check_gpus(device: str, parts: int) -> None:
 
 def spawn_partitions(
     config: RankConfig, parts: int, owner: Owner | None = None, compact_min: int | None = None,
-    log_level: str = "INFO", restore: Sequence[tuple[str, str]] | None = None,
+    log_level: str = "INFO", restore: Sequence[tuple[str, str]] | None = None, checked: bool = False,
 ) -> RayPartitions:
     """``parts`` new partition actors, spread over the cluster's nodes (Ray's SPREAD: one per node while
     there are more nodes than partitions, round the nodes otherwise), each asking for a GPU when the
-    ranking runs on one (``device="cuda"``). ``restore``: each one's file, (path, sha256), to read back."""
+    ranking runs on one (``device="cuda"``). ``restore``: each one's file, (path, sha256), to read back
+    (``checked``: hashed by the launch already)."""
     owner = owner or ModuloOwner(parts)
     options: dict[str, Any] = {"scheduling_strategy": "SPREAD", "num_gpus": 1 if config.device == "cuda" else 0}
     actors = [
         RankPartitionActor.options(**options).remote(  # type: ignore[attr-defined]
             index=q, parts=parts, owner=owner, config=config, compact_min=compact_min, log_level=log_level,
-            restore=None if restore is None else restore[q],
+            restore=None if restore is None else restore[q], checked=checked,
         )
         for q in range(parts)
     ]
     spawn = {"config": config, "parts": parts, "owner": owner, "compact_min": compact_min, "log_level": log_level}
-    return RayPartitions(actors, spawn)
+    return RayPartitions(actors, spawn, restore)
+
+
+def start_partitions_of(folder: Path, config: RankConfig, parts: int, log_level: str = "INFO",
+                        checked: bool = False) -> RayPartitions | None:
+    """The partition actors of a stage written whole in checkpoint folder ``folder``, started from the files
+    its manifest names before the compute stage itself is read back (each reads its own file meanwhile, on
+    its own node), as :func:`ray_rank_engine` makes them; None when there is no manifest naming such files
+    (the stage's port then makes them itself once it is read back)."""
+    try:
+        files = CheckpointStore.manifest_in(folder).compute_files
+    except (OSError, CheckpointError, ValueError, KeyError) as exc:
+        log.warning("no readable manifest in %s (%s): the partitions start after the compute stage is read back", folder, exc)
+        return None
+    names = [f"partition-{q}.ckpt" for q in range(parts)]
+    if sorted(files) != sorted(names):
+        return None
+    restore = [(str(folder / name), files[name]) for name in names]
+    return spawn_partitions(config, parts, ModuloOwner(parts), log_level=log_level, restore=restore, checked=checked)
 
 
 def ray_rank_engine(config: RankConfig, partitions: int, log_level: str = "INFO") -> RankEngine | PartitionedEngine:

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
 from pulsegraph.compute.engine import RankConfig, RankEngine
@@ -44,9 +45,9 @@ from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.snapshots.checkpoint import CheckpointStore, WrittenPart, dumps
-from pulsegraph.snapshots.exceptions import CheckpointError
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
+from pulsegraph.snapshots.exceptions import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +224,14 @@ class ComputeStage:
 
     @classmethod
     def made(cls, config: StageConfig, saved: dict | None = None,
-             engine_factory: EngineFactory | None = None, whole: bool = False, folder: Path | None = None) -> "ComputeStage":
+             engine_factory: EngineFactory | None = None, whole: bool = False, folder: Path | None = None,
+             started: Any = None) -> "ComputeStage":
         """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
         ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process).
         ``whole``: ``saved`` holds the stage written whole with this very config (the launch checked its
         fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on, its
-        partitions read back from their files in ``folder`` (the checkpoint's) where they live elsewhere."""
+        partitions read back from their files in ``folder`` (the checkpoint's) where they live elsewhere
+        (``started``: partitions already started from those files, :meth:`PartitionPort.reopen`)."""
         c = config
         if saved is None:
             return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
@@ -238,7 +241,7 @@ class ComputeStage:
                 raise CheckpointError("the compute checkpoint does not hold the stage written whole with this config")
             stage: ComputeStage = saved["stage"]
             if isinstance(stage.engine, PartitionedEngine):
-                stage.engine.reopen(folder)
+                stage.engine.reopen(folder, started)
             stage.whole_restored_at = stage.epoch
             return stage
         return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory)

@@ -326,18 +326,23 @@ class CheckpointStore:
             return []
         return sorted((f for f in self.root.iterdir() if f.name.startswith("epoch-")), reverse=True)
 
+    @staticmethod
+    def manifest_in(folder: Path) -> Manifest:
+        """The manifest of checkpoint folder ``folder`` (its own digest checked; the files it names are not)."""
+        body = json.loads(read_verified(folder / "MANIFEST"))
+        return Manifest(
+            body["epoch"], body["vector"], body["valid"],
+            {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"), int(body.get("late", 0)),
+            body.get("compute_whole"), dict(body.get("compute_files", {})),
+        )
+
     def latest(self) -> Manifest | None:
         """The newest checkpoint whose manifest and every shard file check out."""
         for folder in self._folders():
             if not (folder / "MANIFEST").exists():
                 continue
             try:
-                body = json.loads(read_verified(folder / "MANIFEST"))
-                m = Manifest(
-                    body["epoch"], body["vector"], body["valid"],
-                    {int(k): v for k, v in body["shards"].items()}, str(folder), body.get("compute"), int(body.get("late", 0)),
-                    body.get("compute_whole"), dict(body.get("compute_files", {})),
-                )
+                m = self.manifest_in(folder)
                 files = [(m.shard_path(shard), digest) for shard, digest in m.shards.items()]
                 if m.compute is not None:
                     files.append((m.compute_path, m.compute))

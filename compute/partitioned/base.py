@@ -30,6 +30,12 @@ class ModuloOwner:
     def __repr__(self) -> str:
         return f"ModuloOwner({self.parts})"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModuloOwner) and other.parts == self.parts
+
+    def __hash__(self) -> int:
+        return hash(("ModuloOwner", self.parts))
+
 
 class BlockOwner:
     """``owner(v) = (v // block) % parts``: runs of ``block`` consecutive ids stay together, so a graph
@@ -116,6 +122,7 @@ class PartitionPort(Protocol):
         file, and the port pickles as those files from then on; (file name, sha256) each. Partitions in the
         driver's process write nothing: they are pickled with it."""
 
-    def reopen(self, folder: Path | None) -> None:
+    def reopen(self, folder: Path | None, started: Any = None) -> None:
         """After this port was read back from a checkpoint: its partitions again, each from its file in
-        ``folder`` (nothing to do for partitions pickled with the driver)."""
+        ``folder`` (nothing to do for partitions pickled with the driver). ``started``: a port of the same
+        kind whose partitions were started from those files already, while the driver was read back."""

@@ -58,7 +58,7 @@ class InProcessPartitions:
     def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
         return ()  # pickled with the engine
 
-    def reopen(self, folder: Path | None) -> None:
+    def reopen(self, folder: Path | None, started: Any = None) -> None:
         pass
 
 
@@ -150,9 +150,10 @@ class PartitionedEngine:
         :meth:`PartitionPort.write`): the engine is pickled next, and is read back with :meth:`reopen`."""
         return self.port.write(epoch, data_dir)
 
-    def reopen(self, folder: Path | None) -> None:
-        """This engine read back from a checkpoint in ``folder``: its partitions again, from their files."""
-        self.port.reopen(folder)
+    def reopen(self, folder: Path | None, started: Any = None) -> None:
+        """This engine read back from a checkpoint in ``folder``: its partitions again, from their files
+        (``started``: :meth:`PartitionPort.reopen`'s)."""
+        self.port.reopen(folder, started)
 
     # -- epochs -------------------------------------------------------------------------------------
 

@@ -146,6 +146,14 @@ def test_partition_actors_write_their_rows_and_a_stage_read_back_whole_makes_new
         ray.kill(going)
     assert written.whole == fingerprint(config) and [name for name, _ in written.files] == ["partition-0.ckpt", "partition-1.ckpt"]
     folder = CheckpointStore(tmp_path).folder(1)
+    # Without a manifest to name them, the partitions are made once the compute stage is read back.
+    plain = ComputeActor.remote(config=config, restore=(str(folder / "compute.ckpt"), written.digest), whole=True)
+    try:
+        assert [m["held"] > 0 for m in ray.get(plain.partition_memory.remote(), timeout=60)] == [True, True]
+    finally:
+        ray.kill(plain)
+    # The partitions start from the files the manifest names while the compute stage is read back.
+    CheckpointStore(tmp_path).commit(1, {}, {}, {}, written.digest, compute_whole=written.whole, compute_files=dict(written.files))
     again = ComputeActor.remote(config=config, restore=(str(folder / "compute.ckpt"), written.digest), whole=True)
     try:
         held = ray.get(again.partition_memory.remote(), timeout=60)
