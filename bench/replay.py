@@ -19,6 +19,7 @@ checks that every epoch's applications publish exactly the same.
     .venv/bin/python -m bench.replay replay bench/out/epochs.rec --device cuda --against cpu
     .venv/bin/python -m bench.replay replay bench/out/epochs.rec --topics-budget 0.2 --check-apps
     .venv/bin/python -m bench.replay replay bench/out/epochs.rec --device cuda --against cpu --warm 60 --json
+    .venv/bin/python -m bench.replay replay bench/out/epochs.rec --held   # then the bytes held, part by part
 
 ``--warm N`` hands the first N epochs over as one batch (as after a restore, or when the compute
 stage fell behind), so the epochs timed after it run on the graph at its full size sooner. ``--json``
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.held import held_table
 from bench.machine import describe as machine
 from pulsegraph.compute.apps.runner import AppConfig
 from pulsegraph.compute.engine import RankConfig
@@ -169,6 +171,7 @@ def replay(args) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if rebuilt else ""))
     totals, rebuilt_totals = [], []
     merged_ms, merged_records, last_records = 0.0, 0, 0
+    edges = vertices = 0
     batch: list[SealedEpoch] = []
     other_totals: list[float] = []
     warm = args.warm
@@ -217,6 +220,7 @@ def replay(args) -> int:
             merged_ms += r.graph_ms
             merged_records += r.records - last_records
         last_records = r.records
+        edges, vertices = r.edges, r.vertices
         if args.json:
             print(json.dumps({"step": "replay-epoch", **row, "rss_mb": round(rss_mb())}), flush=True)
             del r
@@ -246,6 +250,9 @@ def replay(args) -> int:
         print(json.dumps(summary), flush=True)
         return 0
     print(f"\nepochs {len(totals)}, median {np.median(totals):.0f} ms, p90 {np.percentile(totals, 90):.0f} ms, peak RSS {peak:.0f} MB")
+    if args.held:
+        print(f"\nwhat the stage holds after epoch {stage.epoch} ({edges:,} live edges, {vertices:,} vertices):\n")
+        print(held_table(stage, edges, vertices))
     # What the merge costs per record over the whole replay: the figure to set a reuse delay against 'never'.
     print(f"merge+graph {merged_ms / 1000:.2f} s for {merged_records:,} records: "
           f"{1000 * merged_ms / max(merged_records, 1):.2f} us per record")
@@ -283,6 +290,7 @@ def main() -> int:
     rep.add_argument("--epochs", type=int, default=0, help="stop after this many ranked epochs (0: all)")
     rep.add_argument("--warm", type=int, default=0, help="hand the first N epochs over as one batch, not timed")
     rep.add_argument("--json", action="store_true", help="one JSON line per ranked epoch instead of the table")
+    rep.add_argument("--held", action="store_true", help="after the last epoch, the bytes the stage holds part by part")
     args = ap.parse_args()
     if args.cmd == "record":
         args.out.parent.mkdir(parents=True, exist_ok=True)
