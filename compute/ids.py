@@ -53,6 +53,9 @@ class NameIndex:
     def of(cls, names: list[str]) -> NameIndex:
         """The index of every non-empty name in ``names`` (``""``: an id that names no vertex)."""
         idx = cls(names)
+        if "" not in names:  # no id given back (a scan in C): every name at its id, without a list of them
+            idx.put(names, np.arange(len(names), dtype=np.int64))
+            return idx
         ids = np.array([i for i, name in enumerate(names) if name], dtype=np.int64)
         idx.put([names[i] for i in ids.tolist()], ids)
         return idx

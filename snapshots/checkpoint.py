@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from pulsegraph.base.durable import fsync_dir, makedirs_durably
 from pulsegraph.snapshots.exceptions import CheckpointError, CorruptCheckpoint
 
@@ -175,8 +177,8 @@ def load_verified(path: Path, expect: str | None = None, rehash: bool = True):
         with open(path, "rb") as f:
             digest, h = _stored_digest(path, f.read(_HEAD)), hashlib.sha256()
 
-            def read(n: int) -> bytearray:
-                buf = bytearray(n)
+            def read(n: int) -> memoryview:
+                buf = np.empty(n, dtype=np.uint8).data  # not zeroed first (gigabytes): the read writes every byte
                 if f.readinto(buf) != n:
                     raise CorruptCheckpoint(f"{path}: cut short")
                 if rehash:

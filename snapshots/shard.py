@@ -13,7 +13,7 @@ import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, tune_gc
 from pulsegraph.ingest.batch import ShardBatch
-from pulsegraph.snapshots.checkpoint import CheckpointStore, read_verified
+from pulsegraph.snapshots.checkpoint import CheckpointStore, load_verified
 from pulsegraph.snapshots.exceptions import CheckpointError
 from pulsegraph.snapshots.store import ShardStore
 
@@ -31,7 +31,7 @@ class ShardActor:
         if restore is None:
             self._store = ShardStore(shard, window)
         else:
-            self._store = ShardStore.restore(read_verified(Path(restore[0]), restore[1], rehash=not checked), resend_all)
+            self._store = ShardStore.restore(load_verified(Path(restore[0]), restore[1], rehash=not checked), resend_all)
             if self._store.shard != shard:
                 raise CheckpointError(f"{restore[0]} holds shard {self._store.shard}, not shard {shard}")
             if self._store.window != window:

@@ -405,11 +405,12 @@ class ShardStore:
         )
 
     @classmethod
-    def restore(cls, payload: bytes | list, resend_all: bool = True) -> "ShardStore":
-        """A store in the state :meth:`state` saved (the file's payload, or the chunks themselves); its next
+    def restore(cls, payload: bytes | list | dict, resend_all: bool = True) -> "ShardStore":
+        """A store in the state :meth:`state` saved (the file's payload, the chunks themselves, or what they
+        load into: :func:`~pulsegraph.snapshots.checkpoint.load_verified`'s, one copy fewer); its next
         delta carries everything, so a downstream stage that starts empty is rebuilt by it, unless
         ``resend_all`` is False: the downstream stage was restored whole at this very epoch."""
-        st = loads(payload if isinstance(payload, bytes) else b"".join(payload))
+        st = payload if isinstance(payload, dict) else loads(payload if isinstance(payload, bytes) else b"".join(payload))
         w = st.get("window")
         # The release cadence decides which epochs release ids (and so the global ids): the saved one.
         store = cls(st["shard"], w["contributions"]["window"] if w else None, st.get("recycle_every", RECYCLE_EVERY))

@@ -66,6 +66,9 @@ def test_the_index_answers_as_a_dict_does(hashing, seed):
         assert idx.get("nobody") is None and "nobody" not in idx
     rebuilt = NameIndex.of(names)
     assert rebuilt.lookup(list(model)).tolist() == list(model.values()) and len(rebuilt) == len(model)
+    full = [name or f"filled{i}" for i, name in enumerate(names)]  # no id given back: every name at its id
+    whole = NameIndex.of(full)
+    assert whole.lookup(full).tolist() == list(range(len(full))) and len(whole) == len(full)
     with pytest.raises(KeyError):
         idx["nobody"]
 
