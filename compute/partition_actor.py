@@ -176,7 +176,7 @@ class RayPartitions:
         return {"written": self._written, "spawn": self._spawn}
 
     def __setstate__(self, state: dict) -> None:
-        self.actors, self._written, self._spawn = [], state["written"], state["spawn"]
+        self.actors, self._written, self._spawn, self._restored = [], state["written"], state["spawn"], None
 
     def reopen(self, folder: Path | None, started: Any = None) -> None:
         if self.actors or folder is None or self._written is None:
