@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,9 @@ class RankPartitionActor:
 
     def __init__(
         self, *, index: int, parts: int, owner: Owner, config: RankConfig, compact_min: int | None = None,
-        log_level: str = "INFO", restore: tuple[str, str | None] | None = None, checked: bool = False,
+        log_level: str = "INFO", restore: tuple[str, str] | None = None, checked: bool = False,
     ) -> None:
-        """``restore``: (path, sha256 or None: the digest the file ends with) of this partition's file in a
-        checkpoint (:meth:`write`), read back
+        """``restore``: (path, sha256) of this partition's file in a checkpoint (:meth:`write`), read back
         here, on the partition's own node: its rows never pass through the compute actor; ``checked``: the
         launch hashed the file just before (only its header's digest is compared)."""
         configure_logging(log_level)
@@ -123,11 +122,11 @@ class RayPartitions:
     partition that died fails the round with :class:`~pulsegraph.compute.exceptions.PartitionLost`."""
 
     def __init__(self, actors: Sequence[Any], spawn: dict[str, Any] | None = None,
-                 restored: Sequence[tuple[str, str | None]] | None = None) -> None:
+                 restored: Sequence[tuple[str, str]] | None = None) -> None:
         self.actors = list(actors)
         # How the actors were made (spawn_partitions' arguments), to make them again from their files.
         self._spawn = dict(spawn or {})
-        self._written: tuple[str, ...] | None = None  # the file names of the last write()
+        self._written: tuple[tuple[str, str], ...] | None = None  # the files of the last write(): (name, sha256)
         # The files the actors were read back from, (path, sha256) each; None: made empty.
         self._restored = None if restored is None else [(path, digest) for path, digest in restored]
 
@@ -163,40 +162,36 @@ class RayPartitions:
         got = [a.receive.remote(receive, *(sent[q][i] for q in range(p)), *args) for i, a in enumerate(self.actors)]
         return self._get(got)
 
-    def write(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]:
-        names = tuple(f"partition-{q}.ckpt" for q in range(self.parts))
-        refs = [a.write.remote(epoch, data_dir, name) for a, name in zip(self.actors, names, strict=True)]
-        self._written = names
-        return lambda: tuple(zip(names, self._get(refs), strict=True))
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        names = [f"partition-{q}.ckpt" for q in range(self.parts)]
+        digests = self._get([a.write.remote(epoch, data_dir, name) for a, name in zip(self.actors, names, strict=True)])
+        self._written = tuple(zip(names, digests, strict=True))
+        return self._written
 
     def __getstate__(self) -> dict:
-        """The port pickles as the names of the files its partitions last wrote (a checkpoint's; their sha256
-        are the manifest's), never as actor handles: those actors die with the compute actor that owns them."""
+        """The port pickles as the files its partitions last wrote (a checkpoint's), never as actor handles:
+        those actors die with the compute actor that owns them."""
         if self._written is None or not self._spawn:
             raise CheckpointError("partition actors are pickled only as the files they wrote (write() first)")
         return {"written": self._written, "spawn": self._spawn}
 
     def __setstate__(self, state: dict) -> None:
-        # Written as (name, sha256) pairs before the partitions wrote beside the pickling: the names.
-        written = tuple(w if isinstance(w, str) else w[0] for w in state["written"])
-        self.actors, self._written, self._spawn, self._restored = [], written, state["spawn"], None
+        self.actors, self._written, self._spawn, self._restored = [], state["written"], state["spawn"], None
 
     def reopen(self, folder: Path | None, started: Any = None) -> None:
         if self.actors or folder is None or self._written is None:
             raise ComputeError("partition actors are made again from the files of the checkpoint this port was read from")
-        paths = [str(Path(folder) / name) for name in self._written]
+        restore = [(str(Path(folder) / name), digest) for name, digest in self._written]
         if isinstance(started, RayPartitions):
             # Started from the manifest's files while this port was unpickled: theirs only if they were made as
             # this port's were, from the very files it names (else made again, and those killed).
             same = ("config", "parts", "owner", "compact_min")  # the log level may differ: no matter
-            if all(started._spawn[k] == self._spawn[k] for k in same) and [p for p, _ in started._restored or []] == paths:
+            if all(started._spawn[k] == self._spawn[k] for k in same) and started._restored == restore:
                 self.actors, started.actors = started.actors, []
                 return
             log.warning("partition actors started early do not match the checkpoint's; making them again")
             started.close()
-        # Without a manifest to name their sha256, each file is checked against the digest it ends with.
-        digests = _manifest_files(Path(folder)) or {}
-        self.actors = spawn_partitions(**self._spawn, restore=[(p, digests.get(Path(p).name)) for p in paths]).actors
+        self.actors = spawn_partitions(**self._spawn, restore=restore).actors
 
     def memory(self) -> list[dict[str, int]]:
         """Each partition actor's resident set, peak and held bytes (for the bench and the logs)."""
@@ -228,7 +223,7 @@ def check_gpus(device: str, parts: int) -> None:
 
 def spawn_partitions(
     config: RankConfig, parts: int, owner: Owner | None = None, compact_min: int | None = None,
-    log_level: str = "INFO", restore: Sequence[tuple[str, str | None]] | None = None, checked: bool = False,
+    log_level: str = "INFO", restore: Sequence[tuple[str, str]] | None = None, checked: bool = False,
 ) -> RayPartitions:
     """``parts`` new partition actors, spread over the cluster's nodes (Ray's SPREAD: one per node while
     there are more nodes than partitions, round the nodes otherwise), each asking for a GPU when the
@@ -247,24 +242,16 @@ def spawn_partitions(
     return RayPartitions(actors, spawn, restore)
 
 
-def _manifest_files(folder: Path) -> dict[str, str] | None:
-    """The compute part's further files that the manifest in checkpoint folder ``folder`` names, with their
-    sha256; None when it has no readable manifest."""
-    try:
-        return CheckpointStore.manifest_in(folder).compute_files
-    except (OSError, CheckpointError, ValueError, KeyError) as exc:
-        log.warning("no readable manifest in %s (%s): the partitions' files are checked by their own digests", folder, exc)
-        return None
-
-
 def start_partitions_of(folder: Path, config: RankConfig, parts: int, log_level: str = "INFO",
                         checked: bool = False) -> RayPartitions | None:
     """The partition actors of a stage written whole in checkpoint folder ``folder``, started from the files
     its manifest names before the compute stage itself is read back (each reads its own file meanwhile, on
     its own node), as :func:`ray_rank_engine` makes them; None when there is no manifest naming such files
     (the stage's port then makes them itself once it is read back)."""
-    files = _manifest_files(folder)
-    if files is None:
+    try:
+        files = CheckpointStore.manifest_in(folder).compute_files
+    except (OSError, CheckpointError, ValueError, KeyError) as exc:
+        log.warning("no readable manifest in %s (%s): the partitions start after the compute stage is read back", folder, exc)
         return None
     names = [f"partition-{q}.ckpt" for q in range(parts)]
     if sorted(files) != sorted(names):

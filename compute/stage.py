@@ -189,13 +189,13 @@ class ComputeStage:
         (:func:`fingerprint`) where the whole stage is to be written (a clean stop's checkpoint): its merged
         graph, ranking vectors and applications, so that a start with the same config goes on from them
         instead of merging and solving the shards' whole graph again. Partitions in actors of their own write
-        their rows to files of their own meanwhile, side by side (the stage's file names them, the manifest
-        has their sha256: :attr:`WrittenPart.files`)."""
+        their rows to files of their own first, side by side (the stage's file names them)."""
         state = (lambda: {"whole": whole_as, "stage": self}) if whole_as is not None else self.checkpoint_state
         t0 = time.perf_counter()
-        parts: Callable[[], tuple[tuple[str, str], ...]] = tuple
+        files: tuple[tuple[str, str], ...] = ()
         if whole_as is not None and isinstance(self.engine, PartitionedEngine):
-            parts = self.engine.write_parts(epoch, data_dir)  # written by the partitions while this one pickles
+            files = self.engine.write_parts(epoch, data_dir)
+        parts_s = time.perf_counter() - t0
         pickled: list[float] = []
 
         def payload() -> list:
@@ -204,14 +204,11 @@ class ComputeStage:
             pickled.append(time.perf_counter() - t0)
             return chunks
 
-        digest, _ = CheckpointStore(data_dir).write_part(epoch, "compute.ckpt", self.epoch, payload, "the compute stage")
-        t1 = time.perf_counter()
-        files = parts()
-        waited, seconds = time.perf_counter() - t1, time.perf_counter() - t0
+        digest, seconds = CheckpointStore(data_dir).write_part(epoch, "compute.ckpt", self.epoch, payload, "the compute stage")
         if whole_as is not None:
-            log.info("compute stage written whole at epoch %d in %.1f s (%.1f s of it pickling%s)", epoch, seconds,
-                     pickled[0], f"; the {len(files)} partitions' rows beside it, {waited:.1f} s waited for after" if files else "")
-        return WrittenPart(digest, seconds, whole_as, tuple(files))
+            log.info("compute stage written whole at epoch %d in %.1f s (%.1f s of it pickling%s)", epoch, parts_s + seconds,
+                     pickled[0], f", {parts_s:.1f} s the {len(files)} partitions' rows" if files else "")
+        return WrittenPart(digest, parts_s + seconds, whole_as, tuple(files))
 
     @classmethod
     def restored(

@@ -117,11 +117,10 @@ class PartitionPort(Protocol):
         receivers' answers. Messages go from partition to partition (a Ray port hands one call's object
         refs to the next), never through the driver."""
 
-    def write(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]:
-        """Partitions held elsewhere start writing their rows into epoch ``epoch``'s checkpoint folder, each
-        its own file, and the port pickles as those files' names from then on; what comes back waits for the
-        writes and answers (file name, sha256) each (so the driver pickles itself meanwhile). Partitions in
-        the driver's process write nothing: they are pickled with it."""
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        """Partitions held elsewhere write their rows into epoch ``epoch``'s checkpoint folder, each its own
+        file, and the port pickles as those files from then on; (file name, sha256) each. Partitions in the
+        driver's process write nothing: they are pickled with it."""
 
     def reopen(self, folder: Path | None, started: Any = None) -> None:
         """After this port was read back from a checkpoint: its partitions again, each from its file in

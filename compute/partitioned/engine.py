@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,8 @@ class InProcessPartitions:
         sent = [self._op(p, send)(*args) for p in self.partitions]
         return [self._op(p, receive)([m[i] for m in sent], *args) for i, p in enumerate(self.partitions)]
 
-    def write(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]:
-        return tuple  # nothing to wait for: pickled with the engine
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
+        return ()  # pickled with the engine
 
     def reopen(self, folder: Path | None, started: Any = None) -> None:
         pass
@@ -145,10 +145,9 @@ class PartitionedEngine:
         self._sweeps += send == "sweep_send"
         return self.port.exchange(send, receive, *args)
 
-    def write_parts(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]:
+    def write_parts(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
         """The partitions' rows into epoch ``epoch``'s checkpoint, where they live elsewhere (see
-        :meth:`PartitionPort.write`: started, and waited for by what comes back): the engine is pickled
-        meanwhile, and is read back with :meth:`reopen`."""
+        :meth:`PartitionPort.write`): the engine is pickled next, and is read back with :meth:`reopen`."""
         return self.port.write(epoch, data_dir)
 
     def reopen(self, folder: Path | None, started: Any = None) -> None:

@@ -7,7 +7,6 @@ log said "an actor did not answer the status poll within 30 s", and the budget w
 
 from __future__ import annotations
 
-import pickle
 import random
 import time
 
@@ -15,7 +14,6 @@ import pytest
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.compute.partition_actor import RayPartitions
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore
 from tests.compute.test_apps import tweet
@@ -175,14 +173,3 @@ def test_partition_actors_write_their_rows_and_a_stage_read_back_whole_makes_new
             ray.get(broken.partition_memory.remote(), timeout=60)
     finally:
         ray.kill(broken)
-
-
-def test_a_partition_port_pickled_with_its_files_digests_reads_back_as_their_names():
-    """Checkpoints written before the partitions wrote beside the compute stage's pickling hold (name, sha256)
-    pairs in it; now the names alone (the manifest has the digests). Both read back as the names."""
-    spawn = {"config": StageConfig().rank, "parts": 2}
-    for written in ((("partition-0.ckpt", "ab"), ("partition-1.ckpt", "cd")), ("partition-0.ckpt", "partition-1.ckpt")):
-        port = RayPartitions.__new__(RayPartitions)
-        port.__setstate__({"written": written, "spawn": spawn})
-        assert port._written == ("partition-0.ckpt", "partition-1.ckpt") and port.actors == []
-        assert pickle.loads(pickle.dumps(port))._written == port._written
