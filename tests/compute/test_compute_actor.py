@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.compute.partition_actor import start_partitions_of
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore
 from tests.compute.test_apps import tweet
@@ -173,3 +174,14 @@ def test_partition_actors_write_their_rows_and_a_stage_read_back_whole_makes_new
             ray.get(broken.partition_memory.remote(), timeout=60)
     finally:
         ray.kill(broken)
+
+
+def test_partitions_start_before_the_stage_is_read_back_only_from_a_manifest_naming_each_of_their_files(tmp_path):
+    """Anything else (no manifest, another partition count's files) leaves them to the stage's port, made once
+    it is read back, as a stage written with another config is refused there."""
+    store = CheckpointStore(tmp_path)
+    store.folder(1).mkdir(parents=True)
+    three = {f"partition-{q}.ckpt": f"{q}" * 64 for q in range(3)}
+    store.commit(1, {}, {}, {}, "0" * 64, compute_whole="f", compute_files=three)
+    assert start_partitions_of(store.folder(1), StageConfig().rank, 2) is None
+    assert start_partitions_of(tmp_path / "nowhere", StageConfig().rank, 2) is None
