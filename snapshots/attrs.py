@@ -122,11 +122,18 @@ class AttrTable:
 
     def load(self, values: list | bytes) -> None:
         """What :meth:`state` saved (or, from older checkpoints, the list itself)."""
-        if isinstance(values, bytes):
-            values = msgspec.msgpack.decode(values)
-        for i, raw in enumerate(values):
-            if raw is not None:
-                self.put(i, raw)
+        items: list[bytes | None] = msgspec.msgpack.decode(values) if isinstance(values, bytes) else values
+        if self._values:  # over attributes held already: a value that is None leaves the one there
+            for i, raw in enumerate(items):
+                if raw is not None:
+                    self.put(i, raw)
+            return
+        # Into an empty table (a shard's restore: a million vertices and more), as one list, not a put each.
+        end = len(items)
+        while end and items[end - 1] is None:
+            end -= 1
+        kept = self._kept
+        self._values = [raw if raw is None or len(raw) >= SHARE_BELOW else kept(raw) for raw in items[:end]]
 
 
 class Stamps:

@@ -27,6 +27,21 @@ def test_small_repeated_values_share_one_object():
     assert t.raw(0) is t.raw(5)
 
 
+def test_a_saved_table_loads_back_the_same_into_an_empty_one_or_over_one_that_holds_attributes():
+    t = AttrTable()
+    for i, v in ((0, {"kind": "hashtag"}), (3, {"x": "y" * 40}), (4, {"kind": "hashtag"}), (9, {"n": 1})):
+        t.put(i, encode(v))
+    t.clear(9)  # a trailing id without attributes: not kept as a slot
+    empty = AttrTable()
+    empty.load(t.state())
+    assert [empty.raw(i) for i in range(12)] == [t.raw(i) for i in range(12)]
+    assert empty.ids() == [0, 3, 4] and empty.raw(0) is empty.raw(4)
+    held = AttrTable()
+    held.put(1, encode({"old": True}))
+    held.load(t.state())  # None in what is loaded leaves what is held
+    assert held.ids() == [0, 1, 3, 4] and held.get(1) == {"old": True} and held.get(3) == {"x": "y" * 40}
+
+
 def test_stamps_compare_by_partition_name_not_by_the_order_seen():
     s = Stamps()
     s.put(3, (1.0, "p:9", 4, 0))
