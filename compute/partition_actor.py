@@ -163,7 +163,7 @@ class RayPartitions:
         return self._get(got)
 
     def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
-        names = [f"partition-{q}.ckpt" for q in range(self.parts)]
+        names = partition_files(self.parts)
         digests = self._get([a.write.remote(epoch, data_dir, name) for a, name in zip(self.actors, names, strict=True)])
         self._written = tuple(zip(names, digests, strict=True))
         return self._written
@@ -206,6 +206,12 @@ class RayPartitions:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.actors = []
+
+
+def partition_files(parts: int) -> list[str]:
+    """The file names ``parts`` partitions write into a checkpoint's folder, partition by partition (the
+    writer, :meth:`RayPartitions.write`, and the early reader, :func:`start_partitions_of`, agree on them here)."""
+    return [f"partition-{q}.ckpt" for q in range(parts)]
 
 
 def check_gpus(device: str, parts: int) -> None:
@@ -253,7 +259,7 @@ def start_partitions_of(folder: Path, config: RankConfig, parts: int, log_level:
     except (OSError, CheckpointError, ValueError, KeyError) as exc:
         log.warning("no readable manifest in %s (%s): the partitions start after the compute stage is read back", folder, exc)
         return None
-    names = [f"partition-{q}.ckpt" for q in range(parts)]
+    names = partition_files(parts)
     if sorted(files) != sorted(names):
         return None
     restore = [(str(folder / name), files[name]) for name in names]
