@@ -29,7 +29,7 @@ import scipy.sparse as sp
 from pulsegraph.base.arrays import add_at, unique
 from pulsegraph.compute.changes import EdgeChanges, by_edge
 from pulsegraph.compute.ids import NameChanges, NameIndex, VertexIds
-from pulsegraph.snapshots.attrs import NULL, AttrTable, encoded
+from pulsegraph.snapshots.attrs import attr_columns
 from pulsegraph.snapshots.delta import EpochDelta, weight_of
 from pulsegraph.snapshots.growable import Column
 
@@ -61,7 +61,6 @@ class _ShardEdges:
 class GlobalGraph:
     def __init__(self, windowed: bool = False, reuse_after: float | None = None) -> None:
         self.ids = VertexIds(reuse_after)
-        self.attrs = AttrTable()  # encoded, as the shards send them
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
         self._shards: dict[int, _ShardEdges] = {}
@@ -72,7 +71,10 @@ class GlobalGraph:
         self._in = Column(np.int32)
         # Presence (window mode only; outside it every vertex touched so far is in the snapshot).
         self.windowed = windowed
-        self._has_attrs = Column(np.bool_)  # non-null attributes, kept by every merge
+        # Of the attributes, which vertices have any and their last_seen (what the deltas carry): the
+        # attributes themselves are the shards' (~70 bytes a vertex kept here once).
+        self._has_attrs = Column(np.bool_)
+        self._last_seen = Column(np.float64)
         self._present = Column(np.bool_)  # in the snapshot: a live edge, or non-null attributes
         self._present_count = 0
         # Vertices below the previous merge's vertex count whose presence flipped in the last merge
@@ -213,7 +215,7 @@ class GlobalGraph:
         more, not the degrees: a merge counts them after its last epoch, so the ids would depend on the batching."""
         self._sync_columns()
         with_attrs = self._has_attrs.view
-        self.attrs.clear_many(self.ids.give_back(epoch, watermark, lambda ids: with_attrs[ids]).tolist())
+        self._last_seen.view[self.ids.give_back(epoch, watermark, lambda ids: with_attrs[ids])] = 0.0
 
     def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int, gids: np.ndarray) -> None:
         """Apply one shard's delta; ``gids``: the global id of each of its new names."""
@@ -238,11 +240,8 @@ class GlobalGraph:
             # Tens of thousands a delta where every tweet rewrites its author: in bulk, not one by one.
             self._sync_columns()
             gids = se.local_to_global.view[delta.attr_ids]
-            raws = encoded(delta.attrs)  # a shard sends bytes; a hand-made delta may not
-            self.attrs.put_many(gids.tolist(), raws)
-            # pulsegraph.snapshots.attrs.has_attrs of each (none is None here), per item in C: every tweet rewrites its
-            # author, so this runs ~50 k times an epoch.
-            self._has_attrs.view[gids] = np.fromiter(map(NULL.__ne__, raws), dtype=bool, count=len(raws))
+            self._has_attrs.view[gids] = delta.attr_set
+            self._last_seen.view[gids] = delta.attr_seen
             self._attr_touched.append(gids)
         if len(delta.e_slot):
             tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)
@@ -265,7 +264,7 @@ class GlobalGraph:
     def _sync_columns(self) -> None:
         """Per-vertex columns as long as the vertex ids (new vertices: no degree, no attributes)."""
         n = self.n
-        for col in (self._out, self._in, self._has_attrs):
+        for col in (self._out, self._in, self._has_attrs, self._last_seen):
             if len(col) < n:
                 col.extend(np.zeros(n - len(col), dtype=col.view.dtype))
 
@@ -383,6 +382,23 @@ class GlobalGraph:
         inn[: len(self._in)] = self._in.view
         return out, inn
 
+    def last_seen(self, ids: np.ndarray) -> np.ndarray:
+        """The ``last_seen`` attribute of each of ``ids`` as the shards sent it (0 where none)."""
+        self._sync_columns()
+        return self._last_seen.view[ids].copy()
+
+    def __setstate__(self, state: dict) -> None:
+        """A graph pickled whole before the attributes stayed on the shards kept an ``AttrTable``: its
+        ``last_seen`` values become the column (a clean stop's checkpoint of the version before goes on)."""
+        table = state.pop("attrs", None)
+        self.__dict__.update(state)
+        if table is not None:
+            self._last_seen = Column(np.float64)
+            self._sync_columns()
+            ids = np.array(table.ids(), dtype=np.int64)
+            if len(ids):
+                self._last_seen.view[ids] = attr_columns([table.raw(int(i)) for i in ids])[1]
+
     def live_edges(self) -> int:
         return self._live_count
 
@@ -397,7 +413,8 @@ class GlobalGraph:
         """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
         edge may sit in a dead slot and a live one; the live one is the edge. In window mode, as on the
         shards, a slot with nothing left in the window (multiplicity and weight 0, no add time) holds
-        no edge, and the vertices are those in the snapshot."""
+        no edge, and the vertices are those in the snapshot, each with ``None`` for attributes: those are
+        the shards' alone."""
         edges: dict[tuple[str, str, str], tuple[int, int]] = {}
         first: dict[tuple[str, str, str], float] = {}
         for se in self._shards.values():
@@ -410,5 +427,6 @@ class GlobalGraph:
                     continue  # a released slot
                 edges[key], first[key] = (int(m), int(w)), float(f)
         present = self.present()
-        vertices = {name: self.attrs.get(i) for i, name in enumerate(self.names) if present is None or present[i]}
+        vertices = {name: None for i, name in enumerate(self.names) if present is None or present[i]}
         return {"vertices": vertices, "edges": edges, "first_ts": first}
+

@@ -12,6 +12,7 @@ decode on demand; nothing on the hot path does.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -54,6 +55,33 @@ NULL = b"null"
 def has_attrs(raw: bytes | None) -> bool:
     """Attributes were written and are there: not never written, not ``null`` (a window's expiry of the write)."""
     return raw is not None and raw != NULL
+
+
+class _Seen(msgspec.Struct):
+    """The one attribute the compute stage reads (K-exposure's stamp of a tagging without an edge time)."""
+
+    last_seen: Any = None
+
+
+_SEEN = msgspec.json.Decoder(list[_Seen | None])
+
+
+def _seen(value: Any) -> float:
+    """``last_seen`` as a time: a number (not a bool) is one; anything else, or none, is 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def attr_columns(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """What a delta carries of the encoded attributes ``raws`` (:data:`NULL` for an expired write): per
+    vertex, are there attributes, and their ``last_seen`` (0 where none is a number). One decoder call for
+    the lot (~0.3 us a write), on the shard that made the delta: the compute stage keeps these two columns,
+    not the attributes, which the shards hold."""
+    present = np.fromiter(map(NULL.__ne__, raws), dtype=bool, count=len(raws))
+    try:
+        seen = [None if s is None else s.last_seen for s in _SEEN.decode(b"[" + b",".join(raws) + b"]")]
+    except (msgspec.DecodeError, RecursionError):  # an attribute value that is not an object: one by one
+        seen = [(v.get("last_seen") if isinstance(v, dict) else None) for v in map(decode, raws)]
+    return present, np.fromiter(map(_seen, seen), dtype=np.float64, count=len(raws))
 
 
 class AttrTable:

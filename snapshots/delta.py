@@ -26,8 +26,12 @@ class EpochDelta:
     types: list[str]
     new_ids: np.ndarray = field(default_factory=lambda: _I32)
     new_names: list[str] = field(default_factory=list)
+    # The vertices whose attributes the epoch wrote (or, full, that have any), and of each what the compute
+    # stage keeps: are there attributes (False: the write left the window) and their ``last_seen`` (0: none).
+    # The attributes themselves stay on the shard (pulsegraph.snapshots.attrs.attr_columns).
     attr_ids: np.ndarray = field(default_factory=lambda: _I32)
-    attrs: list[bytes] = field(default_factory=list)  # JSON (pulsegraph.snapshots.attrs.encode), one per attr_ids
+    attr_set: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))
+    attr_seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     e_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     e_src: np.ndarray = field(default_factory=lambda: _I32)
     e_dst: np.ndarray = field(default_factory=lambda: _I32)
@@ -47,10 +51,10 @@ class EpochDelta:
 
     @property
     def nbytes(self) -> int:
-        """About what the delta takes in Ray's object store: its arrays, names and attributes."""
-        arrays = (self.new_ids, self.attr_ids, self.e_slot, self.e_src, self.e_dst, self.e_type, self.e_mult,
-                  self.e_weight, self.e_first_ts, self.released)
-        return sum(a.nbytes for a in arrays) + sum(map(len, self.new_names)) + sum(map(len, self.attrs))
+        """About what the delta takes in Ray's object store: its arrays and names."""
+        arrays = (self.new_ids, self.attr_ids, self.attr_set, self.attr_seen, self.e_slot, self.e_src, self.e_dst,
+                  self.e_type, self.e_mult, self.e_weight, self.e_first_ts, self.released)
+        return sum(a.nbytes for a in arrays) + sum(map(len, self.new_names))
 
 
 @dataclass(frozen=True)

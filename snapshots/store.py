@@ -24,7 +24,7 @@ import numpy as np
 from pulsegraph.base.arrays import unique
 from pulsegraph.base.edgekey import MAX_TYPES, MAX_VERTICES
 from pulsegraph.ingest.batch import ShardBatch
-from pulsegraph.snapshots.attrs import NULL, AttrTable, Stamps, decode, encode, encoded
+from pulsegraph.snapshots.attrs import NULL, AttrTable, Stamps, attr_columns, decode, encode, encoded
 from pulsegraph.snapshots.checkpoint import dumps, loads
 from pulsegraph.snapshots.delta import EpochDelta, ShardSummary
 from pulsegraph.snapshots.edges import EdgeTable
@@ -178,14 +178,11 @@ class ShardStore:
         newly = touched_v[~self.exists.view[touched_v]]
         self.exists.view[newly] = True
         full = self._resend_all
-        if self._resend_all:
+        if full:
             self._resend_all = False
             newly = np.flatnonzero(self.exists.view)
             touched = self.edges.held()  # a released slot's ids may have been given back since
-            changed_all = set(self.attrs.ids())
-        else:
-            changed_all = set()
-
+        changed_all = set(self.attrs.ids()) if full else set()
         changed = changed_all | self._write_attrs(winners, partition_names, bound)
         for name, high in vector.items():
             self.applied[name] = max(high, self.applied.get(name, 0))
@@ -204,6 +201,7 @@ class ShardStore:
         used = used[np.argsort(np.array([types[t] for t in used], dtype=object), kind="stable")]
         type_map = np.zeros(len(types), dtype=np.int16)
         type_map[used] = np.arange(len(used), dtype=np.int16)
+        attr_set, attr_seen = attr_columns([self.attrs.raw(i) or NULL for i in attr_ids.tolist()])
         delta = EpochDelta(
             shard=self.shard,
             epoch=epoch,
@@ -211,7 +209,8 @@ class ShardStore:
             new_ids=newly.astype(np.int32),
             new_names=new_names,
             attr_ids=attr_ids,
-            attrs=[self.attrs.raw(i) or NULL for i in attr_ids.tolist()],
+            attr_set=attr_set,
+            attr_seen=attr_seen,
             e_slot=touched,
             e_src=e.src.view[touched].copy(),
             e_dst=e.dst.view[touched].copy(),

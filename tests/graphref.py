@@ -72,6 +72,12 @@ def merge(snapshots: list[dict]) -> dict:
     return {"vertices": vertices, "edges": edges, "first_ts": first}
 
 
+def without_attrs(graph: dict) -> dict:
+    """``graph`` (a reference, or shards' snapshots merged) as the compute stage's snapshot has it: the same
+    vertices and edges, no attributes (those stay on the shards)."""
+    return {**graph, "vertices": dict.fromkeys(graph["vertices"])}
+
+
 def live_digraph(graph: dict, types: tuple[str, ...] | None = None):
     """A networkx DiGraph of the live edges of ``types``, weights summed over types, every vertex included."""
     import networkx as nx

@@ -373,9 +373,7 @@ class Exposure(Application):
             keys, at = keys[new], at[new]
         if not len(keys):
             return state
-        attrs = graph.g.attrs
-        # A dict lookup per stamp: only taggings without a time have one (a stream of tweets has none).
-        ts = np.array([float((attrs.get(int(k >> _SHIFT)) or {}).get("last_seen", 0.0) or 0.0) for k in keys.tolist()], dtype=np.float64)
+        ts = graph.g.last_seen((keys >> _SHIFT).astype(np.int64))
         epochs = np.full(len(keys), graph.epoch, dtype=np.int64)
         # The new keys are sorted and none is stamped yet: inserted where they go, one copy of the stamps
         # (a sort of all of them, as before, was 0.32 s an epoch at 10 M stamps, this 0.12).

@@ -15,6 +15,7 @@ from pulsegraph.compute.apps.landmarks import UNREACHABLE
 from pulsegraph.compute.apps.runner import AppConfig, Applications
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.ingest.events import EdgeUpdate, VertexUpdate
+from pulsegraph.snapshots.attrs import attr_columns, encoded
 from pulsegraph.snapshots.delta import EpochDelta
 
 
@@ -60,10 +61,11 @@ class Stream:
         attr_ids, attr_vals = [], []
         for name, a in (attrs or {}).items():
             attr_ids.append(self._id(name, new)), attr_vals.append(a)
+        attr_set, attr_seen = attr_columns(encoded(attr_vals))
         delta = EpochDelta(
             shard=0, epoch=self.epoch, types=list(self.types),
             new_ids=np.array([self.ids[n] for n in new], dtype=np.int32), new_names=new,
-            attr_ids=np.array(attr_ids, dtype=np.int32), attrs=attr_vals,
+            attr_ids=np.array(attr_ids, dtype=np.int32), attr_set=attr_set, attr_seen=attr_seen,
             e_slot=np.array(slot, dtype=np.int64), e_src=np.array(src, dtype=np.int32), e_dst=np.array(dst, dtype=np.int32),
             e_type=np.array(typ, dtype=np.int16), e_mult=np.array(mult, dtype=np.int64),
             e_weight=np.array(mult, dtype=np.int64) * 1_000_000,

@@ -18,8 +18,10 @@ import pytest
 
 from pulsegraph.compute.apps.exposure import Exposure
 from pulsegraph.compute.apps.runner import AppConfig
+from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.ingest.batch import Router
+from pulsegraph.snapshots.attrs import AttrTable, encode
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 from pulsegraph.snapshots.store import ShardStore
@@ -126,6 +128,29 @@ def test_a_stage_over_partitions_publishes_what_one_engine_does():
         for algo, s in a.scores.items():
             assert b.scores[algo].dtype == s.dtype and b.scores[algo].shape == s.shape
             assert np.abs(b.scores[algo] - s).sum() <= 2 * a.error_bounds[algo], algo
+
+
+def test_a_graph_pickled_whole_with_the_attributes_it_once_kept_goes_on_with_their_last_seen():
+    """The version before kept every vertex's attributes in the merged graph (a clean stop's checkpoint pickles
+    it whole); read back now, their ``last_seen`` become the column, and the stage goes on as one that never stopped."""
+    epochs = sealed(1)
+    ongoing, stage = ComputeStage(), ComputeStage()
+    want = [ongoing.apply([e]) for e in epochs]
+    for e in epochs[:7]:
+        stage.apply([e])
+    g = stage.graph
+    seen = g.last_seen(np.arange(g.n))
+    assert seen.any()
+    table = AttrTable()  # as that version held them: encoded, the users' with their last tweet time
+    for i in np.flatnonzero(g._has_attrs.view[: g.n]).tolist():
+        table.put(i, encode({"kind": "user", "last_seen": float(seen[i])} if seen[i] else {"kind": "hashtag"}))
+    state = {k: v for k, v in vars(g).items() if k != "_last_seen"} | {"attrs": table}
+    old = GlobalGraph.__new__(GlobalGraph)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert not hasattr(old, "attrs") and old.last_seen(np.arange(g.n)).tolist() == seen.tolist()
+    stage.graph = old
+    for e, w in zip(epochs[7:], want[7:]):
+        assert published(stage.apply([e])) == published(w)
 
 
 @pytest.mark.parametrize("seed, partitions", [(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 3)])

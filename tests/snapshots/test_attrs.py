@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pulsegraph.snapshots.attrs import AttrTable, Stamps, decode, encode
+from pulsegraph.snapshots.attrs import NULL, AttrTable, Stamps, attr_columns, decode, encode
 
 
 def test_attributes_round_trip_including_what_orjson_refuses():
@@ -50,3 +50,15 @@ def test_stamps_compare_by_partition_name_not_by_the_order_seen():
     assert s.get(3) > s.get(1)
     assert s.items() == {1: (1.0, "p:1", 7, 2), 3: (1.0, "p:9", 4, 0)}
     assert decode(encode({"b": 1, "a": 2})) == {"a": 2, "b": 1}
+
+
+def test_a_delta_carries_of_the_attributes_whether_there_are_any_and_their_last_seen():
+    raws = [encode({"kind": "user", "last_seen": 12.5}), NULL, encode({"kind": "hashtag"}), encode({"last_seen": 7}),
+            encode({"last_seen": "yesterday"}), encode({"last_seen": True})]
+    present, seen = attr_columns(raws)
+    assert present.tolist() == [True, False, True, True, True, True]
+    # Only a number is a time: a string or a bool is none, as no last_seen at all.
+    assert seen.tolist() == [12.5, 0.0, 0.0, 7.0, 0.0, 0.0]
+    # Attributes that are not an object (a hand-made delta's) are read one by one, and have no last_seen.
+    assert attr_columns([b"[1, 2]", encode({"last_seen": 3.0})])[1].tolist() == [0.0, 3.0]
+    assert [a.tolist() for a in attr_columns([])] == [[], []]
