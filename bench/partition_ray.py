@@ -42,7 +42,7 @@ from bench.rank import Graph  # noqa: E402
 from pulsegraph.base.runtime import HeapTrimmer  # noqa: E402
 from pulsegraph.compute.engine import RankConfig, RankEngine  # noqa: E402
 from pulsegraph.compute.partition_actor import RayPartitions, spawn_partitions  # noqa: E402
-from pulsegraph.compute.partition_actor import _process_memory as process_memory  # noqa: E402
+from pulsegraph.compute.partition_actor import process_memory  # noqa: E402
 from pulsegraph.compute.partitioned import BlockOwner, ModuloOwner, PartitionedEngine  # noqa: E402
 
 # Empty rounds timed per P for the cost of one round (medians).

@@ -7,10 +7,11 @@ over and acknowledges the ones before), never more than a few, each with what th
 vertex names did in its batch. Scores are
 copied to the host in the stage, once per ranked epoch, and nowhere else. With
 ``config.partitions > 1`` it makes its stage's ranking over that many
-:class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors, which it
+:class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors and runs its
+applications in an :class:`~pulsegraph.compute.apps_actor.AppsActor`, which it
 owns: they die with it (Ray's ownership) and a relaunched compute actor makes new
-ones. With :mod:`pulsegraph.compute.partition_actor`, the only modules of the
-compute stage that import Ray.
+ones. With :mod:`pulsegraph.compute.partition_actor` and :mod:`pulsegraph.compute.apps_actor`, the only
+modules of the compute stage that import Ray.
 
 The status poll's calls (:meth:`ComputeActor.latest_epoch`, :meth:`ComputeActor.status`) and the API's
 pull of results (:meth:`ComputeActor.results_after`) run in concurrency groups of their own, each on a
@@ -36,6 +37,7 @@ from pathlib import Path
 import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
+from pulsegraph.compute.apps_actor import RayApplications, spawn_apps
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine, start_partitions_of
 from pulsegraph.compute.results import EpochResult
@@ -82,9 +84,11 @@ class ComputeActor:
         if whole and folder is not None and config.partitions > 1:
             started = start_partitions_of(folder, config.rank, config.partitions, log_level, checked)
         saved = None if restore is None else load_verified(Path(restore[0]), restore[1], rehash=not checked)
-        # One partition: the stage makes today's engine itself. More: partition actors owned by this one.
+        # One partition: the stage makes today's engine and applications itself. More: partition actors and an
+        # applications' actor, owned by this one.
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
-        self._stage = ComputeStage.made(config, saved, factory, whole, folder, started)
+        apps_factory = None if config.partitions <= 1 else lambda apps, state: spawn_apps(apps, state, log_level)
+        self._stage = ComputeStage.made(config, saved, factory, whole, folder, started, apps_factory)
         if whole:
             log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s",
                      self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges(),
@@ -231,11 +235,12 @@ class ComputeActor:
         """Where the ranking runs: ``numpy`` or ``cupy``."""
         return self._stage.backend_name
 
-    def partition_actors(self) -> list:
-        """The handles of the partition actors ranking for this one (none with one partition), so that the
-        wiring can kill them with the rest and wait for their end."""
-        port = getattr(self._stage.engine, "port", None)
-        return list(port.actors) if isinstance(port, RayPartitions) else []
+    def owned_actors(self) -> list:
+        """The handles of the partition actors ranking for this one and of its applications' actor (none with
+        one partition), so that the wiring can kill them with the rest and wait for their end."""
+        port, apps = getattr(self._stage.engine, "port", None), self._stage.apps
+        return [*(port.actors if isinstance(port, RayPartitions) else []),
+                *([apps.actor] if isinstance(apps, RayApplications) else [])]
 
     def partition_memory(self) -> list[dict[str, int]]:
         """Each partition actor's resident set, its peak and the bytes its partition holds."""

@@ -59,6 +59,9 @@ class _ShardEdges:
 
 
 class GlobalGraph:
+    # The vertices whose attributes the last merge wrote (a class default: a graph pickled before it had none).
+    attr_written: np.ndarray = np.zeros(0, dtype=np.int64)
+
     def __init__(self, windowed: bool = False, reuse_after: float | None = None) -> None:
         self.ids = VertexIds(reuse_after)
         self.types: list[str] = []
@@ -286,7 +289,7 @@ class GlobalGraph:
         """Presence of the vertices a merge touched (their degrees moved, their attributes were written)
         and of the vertices new since the last merge; ``flips`` names the older ones that changed."""
         attr_touched = np.concatenate(self._attr_touched).astype(np.int64) if self._attr_touched else np.zeros(0, np.int64)
-        self._attr_touched = []
+        self._attr_touched, self.attr_written = [], attr_touched
         if not self.windowed:
             return
         self._sync_columns()

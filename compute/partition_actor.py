@@ -45,7 +45,7 @@ from pulsegraph.snapshots.exceptions import CheckpointError
 log = logging.getLogger(__name__)
 
 
-def _process_memory() -> dict[str, int]:
+def process_memory() -> dict[str, int]:
     """This process's resident set and its peak, in bytes (Linux's /proc; zeros elsewhere)."""
     out = {"rss": 0, "peak_rss": 0}
     try:
@@ -113,7 +113,7 @@ class RankPartitionActor:
     def memory(self) -> dict[str, int]:
         """This worker's resident set and peak, and the bytes its partition holds (graph, vectors, lists)."""
         self._trimmer.maybe_trim()
-        return {**_process_memory(), "held": self._part.nbytes()}
+        return {**process_memory(), "held": self._part.nbytes()}
 
 
 class RayPartitions:
@@ -260,7 +260,7 @@ def start_partitions_of(folder: Path, config: RankConfig, parts: int, log_level:
         log.warning("no readable manifest in %s (%s): the partitions start after the compute stage is read back", folder, exc)
         return None
     names = partition_files(parts)
-    if sorted(files) != sorted(names):
+    if sorted(f for f in files if f.startswith("partition-")) != sorted(names):  # the applications' file beside them
         return None
     restore = [(str(folder / name), files[name]) for name in names]
     return spawn_partitions(config, parts, ModuloOwner(parts), log_level=log_level, restore=restore, checked=checked)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.apps.runner import AppConfig, Applications, AppsPort
 from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 RankingEngine = RankEngine | PartitionedEngine
 # (rank config, partitions) -> the engine; called once per stage, so a restored stage gets new partitions.
 EngineFactory = Callable[[RankConfig, int], RankingEngine]
+# (applications' config, their checkpointed state) -> the applications where they run elsewhere.
+AppsFactory = Callable[[AppConfig, dict | None], AppsPort]
 
 
 @dataclass
@@ -99,11 +101,16 @@ class ComputeStage:
         self, rank_types: tuple[str, ...] | None = None, rank: RankConfig | None = None,
         apps: AppConfig | None = None, graph: GlobalGraph | None = None, apps_state: dict | None = None,
         reuse_after: float | None = None, partitions: int = 1, engine_factory: EngineFactory | None = None,
+        apps_factory: AppsFactory | None = None,
     ) -> None:
         self.graph = graph if graph is not None else GlobalGraph(reuse_after=reuse_after)
         self.rank_types = tuple(rank_types) if rank_types else None
-        self.apps = Applications(apps or AppConfig())
-        self.apps.restore(apps_state)
+        self.apps: Applications | AppsPort
+        if apps_factory is None:
+            self.apps = Applications(apps or AppConfig())
+            self.apps.restore(apps_state)
+        else:
+            self.apps = apps_factory(apps or AppConfig(), apps_state)
         rank = rank or RankConfig()
         self.engine: RankingEngine
         if partitions <= 1 and engine_factory is None:
@@ -188,13 +195,15 @@ class ComputeStage:
         orders this call after that epoch's :meth:`apply`). ``whole_as``: the stage's config fingerprint
         (:func:`fingerprint`) where the whole stage is to be written (a clean stop's checkpoint): its merged
         graph, ranking vectors and applications, so that a start with the same config goes on from them
-        instead of merging and solving the shards' whole graph again. Partitions in actors of their own write
-        their rows to files of their own first, side by side (the stage's file names them)."""
+        instead of merging and solving the shards' whole graph again. Partitions and applications in actors of
+        their own write their rows to files of their own first, side by side (the stage's file names them)."""
         state = (lambda: {"whole": whole_as, "stage": self}) if whole_as is not None else self.checkpoint_state
         t0 = time.perf_counter()
         files: tuple[tuple[str, str], ...] = ()
         if whole_as is not None and isinstance(self.engine, PartitionedEngine):
             files = self.engine.write_parts(epoch, data_dir)
+        if whole_as is not None and not isinstance(self.apps, Applications):
+            files += self.apps.write(epoch, data_dir)
         parts_s = time.perf_counter() - t0
         pickled: list[float] = []
 
@@ -207,44 +216,48 @@ class ComputeStage:
         digest, seconds = CheckpointStore(data_dir).write_part(epoch, "compute.ckpt", self.epoch, payload, "the compute stage")
         if whole_as is not None:
             log.info("compute stage written whole at epoch %d in %.1f s (%.1f s of it pickling%s)", epoch, parts_s + seconds,
-                     pickled[0], f", {parts_s:.1f} s the {len(files)} partitions' rows" if files else "")
+                     pickled[0], f", {parts_s:.1f} s the {len(files)} files of its actors" if files else "")
         return WrittenPart(digest, parts_s + seconds, whole_as, tuple(files))
 
     @classmethod
     def restored(
         cls, saved: dict, rank_types=None, rank: RankConfig | None = None, apps: AppConfig | None = None,
         reuse_after: float | None = None, partitions: int = 1, engine_factory: EngineFactory | None = None,
+        apps_factory: AppsFactory | None = None,
     ) -> "ComputeStage":
         """The ids and applications of a checkpoint; the ranking starts empty (one partition or P new ones)
         and is rebuilt from the shards' first, whole deltas, as it always was."""
         if "stage" in saved:  # a stage written whole, taken with another config: its ids and applications
             saved = saved["stage"].checkpoint_state()
         return cls(rank_types, rank, apps, GlobalGraph.restore_ids(saved, reuse_after), saved.get("apps"),
-                   partitions=partitions, engine_factory=engine_factory)
+                   partitions=partitions, engine_factory=engine_factory, apps_factory=apps_factory)
 
     @classmethod
     def made(cls, config: StageConfig, saved: dict | None = None,
              engine_factory: EngineFactory | None = None, whole: bool = False, folder: Path | None = None,
-             started: Any = None) -> "ComputeStage":
+             started: Any = None, apps_factory: AppsFactory | None = None) -> "ComputeStage":
         """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
         ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process).
         ``whole``: ``saved`` holds the stage written whole with this very config (the launch checked its
         fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on, its
         partitions read back from their files in ``folder`` (the checkpoint's) where they live elsewhere
-        (``started``: partitions already started from those files, :meth:`PartitionPort.reopen`)."""
+        (``started``: partitions already started from those files, :meth:`PartitionPort.reopen`), and so are
+        its applications where they run in an actor (``apps_factory``: where a new stage puts them)."""
         c = config
         if saved is None:
             return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
-                       engine_factory=engine_factory)
+                       engine_factory=engine_factory, apps_factory=apps_factory)
         if whole:
             if saved.get("whole") != fingerprint(c):
                 raise CheckpointError("the compute checkpoint does not hold the stage written whole with this config")
             stage: ComputeStage = saved["stage"]
             if isinstance(stage.engine, PartitionedEngine):
                 stage.engine.reopen(folder, started)
+            if not isinstance(stage.apps, Applications):
+                stage.apps.reopen(folder)
             stage.whole_restored_at = stage.epoch
             return stage
-        return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory)
+        return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory, apps_factory)
 
 
 def fingerprint(config: StageConfig) -> str:

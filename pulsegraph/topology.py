@@ -105,7 +105,7 @@ class Pipeline:
         self._started, self._stopped = threading.Event(), threading.Event()
         self._started.set()
         self._starter: threading.Thread | None = None
-        self._partitions: Any = None  # the compute actor's answer: its partition actors' handles
+        self._partitions: Any = None  # the compute actor's answer: its partition and applications' actors' handles
         self.sizing: dict = {}
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
@@ -277,7 +277,7 @@ class Pipeline:
         self.compute = ComputeActor.options(num_gpus=gpus).remote(  # type: ignore[attr-defined]
             config=stage_config, restore=restore_ids, whole=whole, log_level=s.log_level, checked=True,
         )
-        self._partitions = self.compute.partition_actors.remote() if parts > 1 else None
+        self._partitions = self.compute.owned_actors.remote() if parts > 1 else None
         # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched set on the
         # nodes still alive. The coordinator holds no data and needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
@@ -332,10 +332,10 @@ class Pipeline:
                 return
             time.sleep(0.05)
 
-    def _partition_actors(self) -> list:
-        """The compute actor's partition actors, asked for at launch (answered before its first epoch, so a
-        busy compute actor never holds a stop up); none with one partition, or when it died first: Ray ends
-        the actors an actor made when it dies, so its partitions are already going."""
+    def _owned_actors(self) -> list:
+        """The compute actor's partition and applications' actors, asked for at launch (answered before its first
+        epoch, so a busy compute actor never holds a stop up); none with one partition, or when it died first:
+        Ray ends the actors an actor made when it dies, so they are already going."""
         try:
             return [] if self._partitions is None else list(ray.get(self._partitions, timeout=STATUS_TIMEOUT_S))
         except Exception:  # noqa: BLE001 - dead or stuck: its partitions share its fate
@@ -345,8 +345,8 @@ class Pipeline:
         """Kill every actor at once, as a crash would, and wait until they are dead: ``ray.kill`` is
         asynchronous, and a coordinator still alive could append to the epoch log after the next
         generation read it. What survives is on disk."""
-        partitions = self._partition_actors()
-        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute, *partitions] if a is not None]
+        owned = self._owned_actors()
+        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute, *owned] if a is not None]
         for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -495,6 +495,6 @@ class Pipeline:
                 ray.get(self.coordinator.stop.remote(), timeout=60)
             except Exception:  # noqa: BLE001
                 log.exception("coordinator did not stop cleanly")
-        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute, *self._partition_actors()]:
+        for actor in [*self.ingest, self.coordinator, *self.shards, self.compute, *self._owned_actors()]:
             if actor is not None:
                 ray.kill(actor)

@@ -8,8 +8,8 @@ time (K-exposure's edge lists and first-seen index). Each is a :class:`~pulsegra
 per epoch follows the change). Only the first epoch and a full delta (after a restore) build from
 the graph's columns.
 
-Must not touch the rank engine; reads :class:`~pulsegraph.compute.graph.GlobalGraph`'s shard columns only
-to build from scratch.
+Must not touch the rank engine; reads the graph's live edges (:class:`~pulsegraph.compute.apps.view.LiveGraph`)
+only to build from scratch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pulsegraph.compute.apps.rowtable import (
 )
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.exceptions import ComputeError
-from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.apps.view import LiveGraph
 from pulsegraph.snapshots.growable import Column
 
 __all__ = ["COMPACT_FRACTION", "COMPACT_MIN", "AppAdjacency", "RowTable", "pack"]
@@ -57,14 +57,14 @@ class AppAdjacency:
         self.builds = 0  # from the graph's columns (first epoch, full deltas); for tests
 
     @classmethod
-    def from_graph(cls, g: GlobalGraph, **kw) -> AppAdjacency:
+    def from_graph(cls, g: LiveGraph, **kw) -> AppAdjacency:
         adj = cls(**kw)
         adj.rebuild(g)
         return adj
 
     # -- from scratch ---------------------------------------------------------------------------
 
-    def rebuild(self, g: GlobalGraph) -> None:
+    def rebuild(self, g: LiveGraph) -> None:
         """Every table from the graph's columns (the typed ones asked for so far, too)."""
         self.builds += 1
         n = g.n
@@ -84,7 +84,7 @@ class AppAdjacency:
         for name in list(self._typed):
             self._typed[name] = self._typed_from(g, name, bool(self._typed[name].dtypes))
 
-    def _typed_from(self, g: GlobalGraph, etype: str, values: bool) -> RowTable:
+    def _typed_from(self, g: LiveGraph, etype: str, values: bool) -> RowTable:
         """The live edges of one type, gathered from the shards' columns (with their multiplicity and
         first add time when ``values``)."""
         s, d, m, f = g.live_of_type(etype)
@@ -93,7 +93,7 @@ class AppAdjacency:
 
     # -- each epoch -----------------------------------------------------------------------------
 
-    def apply(self, g: GlobalGraph, changes: EdgeChanges, before: EdgeChanges) -> None:
+    def apply(self, g: LiveGraph, changes: EdgeChanges, before: EdgeChanges) -> None:
         """Fold in what an epoch (or several merged) changed: ``changes`` and, slot for slot, ``before``."""
         self._grow(g.n)
         if not len(changes):
@@ -125,7 +125,7 @@ class AppAdjacency:
         for name in list(self._typed):
             self._apply_typed(g, name, changes)
 
-    def _apply_typed(self, g: GlobalGraph, etype: str, changes: EdgeChanges) -> None:
+    def _apply_typed(self, g: LiveGraph, etype: str, changes: EdgeChanges) -> None:
         t = g.type_id(etype)
         if t is None:
             return
@@ -156,7 +156,7 @@ class AppAdjacency:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def typed(self, g: GlobalGraph, etype: str, values: bool = True) -> RowTable:
+    def typed(self, g: LiveGraph, etype: str, values: bool = True) -> RowTable:
         """The live edges of ``etype`` (built from the graph on first use, kept from then on), with the
         value columns ``mult`` and ``first`` when ``values``: a type read only as pairs (K-exposure's
         mentions) keeps no values (16 bytes an edge)."""

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from pulsegraph.base.arrays import gather_ranges
 from pulsegraph.compute.apps.adjacency import AppAdjacency
 from pulsegraph.compute.changes import EdgeChanges
-from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.apps.view import LiveGraph
 
 INF = np.int32(2**30)
 
@@ -69,7 +69,7 @@ class AppGraph:
     """The live graph of an epoch as the applications read it (a view of the kept adjacency: valid
     for this epoch only, as the adjacency changes in place with the next)."""
 
-    g: GlobalGraph
+    g: LiveGraph
     epoch: int
     adjacency: AppAdjacency
     scores: dict[str, np.ndarray] = field(default_factory=dict)
@@ -79,7 +79,7 @@ class AppGraph:
         return self.g.n
 
     @classmethod
-    def build(cls, g: GlobalGraph, epoch: int, scores: dict[str, np.ndarray] | None = None) -> AppGraph:
+    def build(cls, g: LiveGraph, epoch: int, scores: dict[str, np.ndarray] | None = None) -> AppGraph:
         """From scratch, from the graph's columns (the runner keeps one across epochs instead)."""
         return cls(g, epoch, AppAdjacency.from_graph(g), dict(scores or {}))
 

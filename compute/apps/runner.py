@@ -16,7 +16,8 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from pulsegraph.compute.apps.landmarks import Landmarks
 from pulsegraph.compute.apps.trends import Trends
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.apps.view import AppsInput, AppsView, LiveGraph
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class Applications:
         self.adjacency: AppAdjacency | None = None
 
     def run(
-        self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
+        self, g: LiveGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
         scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0,
     ) -> dict[str, AppResult]:
         t0 = time.perf_counter()
@@ -131,3 +133,45 @@ class Applications:
     def restore(self, saved: dict | None) -> None:
         if saved and "topics" in saved:
             self.exposure.restore(saved["topics"])
+
+
+class AppsPort(Protocol):
+    """The applications of a stage where they run in an actor of their own (``pulsegraph.compute.apps_actor``):
+    :class:`Applications`' calls, and the actor's rows in a checkpoint written whole."""
+
+    ms: dict[str, float]
+
+    def run(self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
+            scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0) -> dict[str, AppResult]: ...
+
+    def resend_whole(self) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]: ...
+
+    def reopen(self, folder: Path | None) -> None: ...
+
+
+class AppsHost:
+    """The applications where the merged graph is elsewhere: an :class:`AppsView` of it, kept from what the
+    compute stage sends each epoch (:class:`AppsInput`), and the applications run over it."""
+
+    def __init__(self, config: AppConfig | None = None, saved: dict | None = None) -> None:
+        self.apps = Applications(config)
+        self.apps.restore(saved)
+        self.view = AppsView()
+
+    def take(self, inp: AppsInput) -> tuple[dict[str, AppResult], dict[str, float]]:
+        """Run the applications on ``inp``'s epoch; their results and the milliseconds each took."""
+        if inp.resend_whole:
+            self.apps.resend_whole()
+        self.view.take(inp)
+        try:
+            out = self.apps.run(self.view, inp.epoch, inp.changes, inp.before, inp.full, inp.scores, inp.new_vertices)
+        finally:
+            self.view.release()
+        return out, dict(self.apps.ms)
+
+    def state_dict(self) -> dict:
+        return self.apps.state_dict()

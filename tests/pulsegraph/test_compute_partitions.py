@@ -47,9 +47,10 @@ def dead(actor) -> bool:
     return False
 
 
-def run(tmp_path, lines, parts: int, rate: float = 0, kill: bool = False):
-    """The last result of a run over ``lines``, the compute actor's graph, and every partition actor made;
-    ``kill``: one partition actor is killed as soon as the first epoch is served, mid-stream."""
+def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | None = None):
+    """The last result of a run over ``lines``, the compute actor's graph, and every partition and applications'
+    actor made; ``kill``: which of them (an index into the compute actor's list: the partitions, then the
+    applications' actor) is killed as soon as the first epoch is served, mid-stream."""
     (tmp_path / "in").mkdir(parents=True)
     records = {"file:0": write(tmp_path / "in" / "events.jsonl", lines)}
     p = Pipeline(Settings(
@@ -58,16 +59,16 @@ def run(tmp_path, lines, parts: int, rate: float = 0, kill: bool = False):
     )).start()
     made = []
     try:
-        if kill:
+        if kill is not None:
             first = p.wait_for_epoch(lambda v: True, timeout=60)
             assert first.result.vector.get("file:0", 0) < len(lines) * 3 // 4, "the stream ended before the kill"
-            made = ray.get(p.compute.partition_actors.remote())
-            assert len(made) == parts
-            ray.kill(made[1], no_restart=True)
+            made = ray.get(p.compute.owned_actors.remote())
+            assert len(made) == parts + 1  # the partitions, and the applications' actor
+            ray.kill(made[kill], no_restart=True)
             p.wait_for_epoch(lambda v: relaunched(p, 1), timeout=90)
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
-        now = ray.get(p.compute.partition_actors.remote())
-        assert len(now) == (parts if parts > 1 else 0) and not set(now) & set(made)
+        now = ray.get(p.compute.owned_actors.remote())
+        assert len(now) == (parts + 1 if parts > 1 else 0) and not set(now) & set(made)
         made += now
         graph = ray.get(p.compute.snapshot.remote())
         assert graph == without_attrs(reference(records, view.result.vector, "edges"))
@@ -99,11 +100,12 @@ def test_two_partitions_end_in_the_graph_and_the_top_ranks_of_one(ray_cluster, t
     assert two.error_bounds["tunkrank"] == pytest.approx(one.error_bounds["tunkrank"], rel=0.1)
 
 
-def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path):
+@pytest.mark.parametrize("victim", [1, -1], ids=["a partition", "the applications' actor"])
+def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path, victim):
     lines = edge_lines(1600, seed=6)
     # 8 s of stream: the partition actors' workers take a few seconds to start on a busy 2-core machine.
-    two, graph, names, made = run(tmp_path, lines, parts=2, rate=200, kill=True)
-    assert len(made) == 4 and all(dead(a) for a in made)  # the killed one, its sibling, the relaunch's two
+    two, graph, names, made = run(tmp_path, lines, parts=2, rate=200, kill=victim)
+    assert len(made) == 6 and all(dead(a) for a in made)  # the killed one, its siblings, the relaunch's three
     order = list(names)
     exact = nx.pagerank(live_digraph(graph), alpha=0.85, tol=1e-14, max_iter=10_000)
     assert np.abs(ranks_by_name(two, names, order) - np.array([exact[n] for n in order])).sum() <= two.error_bounds["pagerank"]
