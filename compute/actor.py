@@ -37,7 +37,7 @@ from pathlib import Path
 import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
-from pulsegraph.compute.apps_actor import RayApplications, spawn_apps
+from pulsegraph.compute.apps_actor import RayApplications, spawn_apps, start_apps_of
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine, start_partitions_of
 from pulsegraph.compute.results import EpochResult
@@ -78,21 +78,23 @@ class ComputeActor:
         config = config or StageConfig()
         self._config = config
         folder = None if restore is None else Path(restore[0]).parent
-        # A stage written whole with partition actors: those start reading their own files now, beside the
-        # read of this one's (seconds each, at tens of millions of edges), not after it.
-        started = None
+        # A stage written whole with partition and applications' actors: those start reading their own files
+        # now, beside the read of this one's (seconds each, at tens of millions of edges), not after it.
+        started = started_apps = None
         if whole and folder is not None and config.partitions > 1:
             started = start_partitions_of(folder, config.rank, config.partitions, log_level, checked)
+            started_apps = start_apps_of(folder, config.apps, log_level, checked)
         saved = None if restore is None else load_verified(Path(restore[0]), restore[1], rehash=not checked)
         # One partition: the stage makes today's engine and applications itself. More: partition actors and an
         # applications' actor, owned by this one.
         factory = None if config.partitions <= 1 else lambda rank, parts: ray_rank_engine(rank, parts, log_level)
         apps_factory = None if config.partitions <= 1 else lambda apps, state: spawn_apps(apps, state, log_level)
-        self._stage = ComputeStage.made(config, saved, factory, whole, folder, started, apps_factory)
+        self._stage = ComputeStage.made(config, saved, factory, whole, folder, started, apps_factory, started_apps)
         if whole:
-            log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s",
+            log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s%s",
                      self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges(),
-                     f" ({config.partitions} partition actors started beside it)" if started and not started.actors else "")
+                     f" ({config.partitions} partition actors started beside it)" if started and not started.actors else "",
+                     " (the applications' actor started beside it)" if started_apps and started_apps.actor is None else "")
         self._results: collections.deque[_Kept] = collections.deque(maxlen=KEEP_RESULTS)
         self._results_lock = threading.Lock()  # the pull's thread and the batches' share the kept results
         # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose

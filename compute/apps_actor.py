@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partition_actor import process_memory
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified
+from pulsegraph.snapshots.exceptions import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +84,10 @@ class RayApplications:
     """:class:`~pulsegraph.compute.apps.runner.AppsPort` over an :class:`AppsActor`: each epoch one call, whose
     answer the compute stage waits for (the result carries the applications' output)."""
 
-    def __init__(self, actor: Any, spawn: dict[str, Any]) -> None:
+    def __init__(self, actor: Any, spawn: dict[str, Any], restored: tuple[str, str] | None = None) -> None:
         self.actor = actor
         self._spawn = dict(spawn)  # spawn_apps' arguments, to make the actor again from its file
+        self._restored = restored  # the file the actor was read back from, (path, sha256); None: made new
         self._written: tuple[str, str] | None = None  # (name, sha256) of the last write()
         self._state: dict = {}  # the state_dict() of that write, for a stage read back with another config
         # The epoch and name count the actor's view of the graph is at; has it built its adjacency.
@@ -119,10 +122,16 @@ class RayApplications:
         with another config: only its ids and this go on), the state of the write it was pickled with."""
         return self._state if self.actor is None else self._get(self.actor.state_dict.remote())
 
-    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]:
-        digest, self._state = self._get(self.actor.write.remote(epoch, data_dir, APPS_FILE))
-        self._written = (APPS_FILE, digest)
-        return (self._written,)
+    def write(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]:
+        """Start writing the actor's file; the call returned waits for it and gives its (name, sha256)."""
+        ref = self.actor.write.remote(epoch, data_dir, APPS_FILE)
+
+        def written() -> tuple[tuple[str, str], ...]:
+            digest, self._state = self._get(ref)
+            self._written = (APPS_FILE, digest)
+            return (self._written,)
+
+        return written
 
     def __getstate__(self) -> dict:
         """Pickled as the file the actor last wrote (a checkpoint's), never as its handle: it dies with its owner."""
@@ -130,22 +139,45 @@ class RayApplications:
             raise ComputeError("the applications' actor is pickled only as the file it wrote (write() first)")
         return {**{k: v for k, v in vars(self).items() if k != "actor"}, "actor": None}
 
-    def reopen(self, folder: Path | None) -> None:
-        """A new actor from the file this port was pickled with, in checkpoint folder ``folder``."""
+    def reopen(self, folder: Path | None, started: RayApplications | None = None) -> None:
+        """A new actor from the file this port was pickled with, in checkpoint folder ``folder``: ``started``'s, if
+        it was started early from that very file with the same config (:func:`start_apps_of`), else a new one."""
         if self.actor is not None or folder is None or self._written is None:
             raise ComputeError("the applications' actor is made again from the file of the checkpoint its port was read from")
         name, digest = self._written
-        self.actor = spawn_apps(**self._spawn, restore=(str(Path(folder) / name), digest)).actor
+        restore = (str(Path(folder) / name), digest)
+        if started is not None:
+            if started._spawn["config"] == self._spawn["config"] and started._restored == restore:
+                self.actor, started.actor = started.actor, None
+                return
+            log.warning("the applications' actor started early does not match the checkpoint's; making it again")
+            ray.kill(started.actor, no_restart=True)
+        self.actor = spawn_apps(**self._spawn, restore=restore).actor
 
     def memory(self) -> dict[str, int]:
         return self._get(self.actor.memory.remote())
 
 
 def spawn_apps(config: AppConfig, saved: dict | None = None, log_level: str = "INFO",
-               restore: tuple[str, str] | None = None) -> RayApplications:
+               restore: tuple[str, str] | None = None, checked: bool = False) -> RayApplications:
     """A new :class:`AppsActor` (``saved``: the applications' checkpointed state; ``restore``: its file of a
-    checkpoint written whole), placed by Ray's SPREAD strategy as the partitions are."""
+    checkpoint written whole, ``checked``: hashed by the launch already), placed by Ray's SPREAD strategy as
+    the partitions are."""
     actor = AppsActor.options(scheduling_strategy="SPREAD").remote(  # type: ignore[attr-defined]
-        config=config, saved=saved, restore=restore, log_level=log_level,
+        config=config, saved=saved, restore=restore, checked=checked, log_level=log_level,
     )
-    return RayApplications(actor, {"config": config, "log_level": log_level})
+    return RayApplications(actor, {"config": config, "log_level": log_level}, restore)
+
+
+def start_apps_of(folder: Path, config: AppConfig, log_level: str = "INFO", checked: bool = False) -> RayApplications | None:
+    """The applications' actor of a stage written whole in checkpoint folder ``folder``, started from the file its
+    manifest names before the compute stage itself is read back (the actor reads its file meanwhile); None
+    where the manifest names none (the stage's port then makes it once it is read back)."""
+    try:
+        files = CheckpointStore.manifest_in(folder).compute_files
+    except (OSError, CheckpointError, ValueError, KeyError) as exc:
+        log.warning("no readable manifest in %s (%s): the applications start after the compute stage is read back", folder, exc)
+        return None
+    if APPS_FILE not in files:
+        return None
+    return spawn_apps(config, log_level=log_level, restore=(str(folder / APPS_FILE), files[APPS_FILE]), checked=checked)

@@ -200,10 +200,12 @@ class ComputeStage:
         state = (lambda: {"whole": whole_as, "stage": self}) if whole_as is not None else self.checkpoint_state
         t0 = time.perf_counter()
         files: tuple[tuple[str, str], ...] = ()
+        # The actors write their files at once, side by side: the applications' while the partitions write.
+        apps_written = self.apps.write(epoch, data_dir) if whole_as is not None and not isinstance(self.apps, Applications) else None
         if whole_as is not None and isinstance(self.engine, PartitionedEngine):
             files = self.engine.write_parts(epoch, data_dir)
-        if whole_as is not None and not isinstance(self.apps, Applications):
-            files += self.apps.write(epoch, data_dir)
+        if apps_written is not None:
+            files += apps_written()
         parts_s = time.perf_counter() - t0
         pickled: list[float] = []
 
@@ -235,14 +237,15 @@ class ComputeStage:
     @classmethod
     def made(cls, config: StageConfig, saved: dict | None = None,
              engine_factory: EngineFactory | None = None, whole: bool = False, folder: Path | None = None,
-             started: Any = None, apps_factory: AppsFactory | None = None) -> "ComputeStage":
+             started: Any = None, apps_factory: AppsFactory | None = None, started_apps: Any = None) -> "ComputeStage":
         """A stage made with ``config``: new, or restored from ``saved`` (a :meth:`checkpoint_state`).
         ``engine_factory``: where ``config.partitions > 1`` puts its partitions (default: this process).
         ``whole``: ``saved`` holds the stage written whole with this very config (the launch checked its
         fingerprint, and restored the shards to go on with ordinary deltas): that stage goes on, its
         partitions read back from their files in ``folder`` (the checkpoint's) where they live elsewhere
         (``started``: partitions already started from those files, :meth:`PartitionPort.reopen`), and so are
-        its applications where they run in an actor (``apps_factory``: where a new stage puts them)."""
+        its applications where they run in an actor (``started_apps``: one started from its file;
+        ``apps_factory``: where a new stage puts them)."""
         c = config
         if saved is None:
             return cls(c.rank_types, c.rank, c.apps, reuse_after=c.reuse_after, partitions=c.partitions,
@@ -254,7 +257,7 @@ class ComputeStage:
             if isinstance(stage.engine, PartitionedEngine):
                 stage.engine.reopen(folder, started)
             if not isinstance(stage.apps, Applications):
-                stage.apps.reopen(folder)
+                stage.apps.reopen(folder, started_apps)
             stage.whole_restored_at = stage.epoch
             return stage
         return cls.restored(saved, c.rank_types, c.rank, c.apps, c.reuse_after, c.partitions, engine_factory, apps_factory)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -148,9 +149,9 @@ class AppsPort(Protocol):
 
     def state_dict(self) -> dict: ...
 
-    def write(self, epoch: int, data_dir: str) -> tuple[tuple[str, str], ...]: ...
+    def write(self, epoch: int, data_dir: str) -> Callable[[], tuple[tuple[str, str], ...]]: ...
 
-    def reopen(self, folder: Path | None) -> None: ...
+    def reopen(self, folder: Path | None, started: Any = None) -> None: ...
 
 
 class AppsHost:

@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
-from pulsegraph.compute.apps_actor import APPS_FILE, AppsLost, RayApplications, spawn_apps
+from pulsegraph.compute.apps_actor import APPS_FILE, AppsLost, RayApplications, spawn_apps, start_apps_of
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from tests.compute.test_stage import published, sealed
@@ -101,8 +101,21 @@ def test_the_actor_written_whole_is_read_back_by_a_new_one_and_goes_on(ray_clust
         ray.kill(stopped.apps.actor)
         folder = CheckpointStore(tmp_path).folder(6)
         saved = loads(read_verified(folder / "compute.ckpt", written.digest))
-        again = ComputeStage.made(config, saved, whole=True, folder=folder)
-        assert isinstance(again.apps, RayApplications) and again.apps.actor is not None
+        assert start_apps_of(folder, AppConfig()) is None  # no manifest names its file: made once the stage is read
+        CheckpointStore(tmp_path).commit(6, {}, {}, {}, written.digest, compute_whole=written.whole, compute_files=dict(written.files))
+        # Started from the manifest's file with another config: not taken, and a new actor made instead.
+        other_config = start_apps_of(folder, AppConfig(landmarks=4))
+        assert other_config is not None
+        refused = ComputeStage.made(config, loads(read_verified(folder / "compute.ckpt", written.digest)), whole=True,
+                                    folder=folder, started_apps=other_config)
+        assert refused.apps.actor._actor_id != other_config.actor._actor_id
+        ray.kill(refused.apps.actor)
+        # Started from it with the stage's config: taken over by the stage read back.
+        early = start_apps_of(folder, AppConfig())
+        assert early is not None
+        started = early.actor
+        again = ComputeStage.made(config, saved, whole=True, folder=folder, started_apps=early)
+        assert isinstance(again.apps, RayApplications) and again.apps.actor._actor_id == started._actor_id and early.actor is None
         for e in epochs[6:]:
             same(again.apply([e]), going.apply([e]))
         other = ComputeStage.made(StageConfig(rank_types=("mentions",)), loads(read_verified(folder / "compute.ckpt", written.digest)))
