@@ -29,8 +29,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +66,44 @@ class _Kept:
     since: tuple[int, int]
     changes: NameChanges
     named: int
+
+
+class _Publisher:
+    """Completes results whose applications run in an actor of their own, in order, on a thread of its own,
+    and hands each to ``store``; the first failure is kept for the next batch to raise, and ends the rest."""
+
+    def __init__(self, store: Callable[[_Kept], None]) -> None:
+        self._store = store
+        self._queue: queue.Queue[tuple[_Kept, Callable[[], EpochResult]]] = queue.Queue()
+        self.failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def put(self, kept: _Kept, finish: Callable[[], EpochResult]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="apps-results", daemon=True)
+            self._thread.start()
+        self._queue.put((kept, finish))
+
+    def _run(self) -> None:
+        while True:
+            kept, finish = self._queue.get()
+            try:
+                if self.failed is None:
+                    finish()  # completes kept.result in place
+                    self._store(kept)
+            except BaseException as exc:  # noqa: BLE001 - raised again by the next batch (check)
+                self.failed = exc
+                log.error("the applications of epoch %d failed: %s", kept.result.epoch, exc)
+            finally:
+                self._queue.task_done()
+
+    def drain(self) -> None:
+        """Wait until every result handed over is kept (or failed)."""
+        self._queue.join()
+
+    def check(self) -> None:
+        if self.failed is not None:
+            raise self.failed
 
 
 @ray.remote(concurrency_groups={"status": 1, "results": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
@@ -100,6 +140,8 @@ class ComputeActor:
         # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose
         # changes are then every name: a consumer that starts over asks from there, restored or not.
         self._named_at = (0, 0)
+        self._prepared_at = (0, 0)  # the same as of the newest result prepared (its applications may be running)
+        self._publisher = _Publisher(self._store)
         # Set by a pull, read by the next batch on its thread: the consumer's epoch (renames up to it may
         # go), and whether it asked for whole application arrays.
         self._acked = 0
@@ -109,7 +151,10 @@ class ComputeActor:
 
     def apply_epochs(self, infos: list[EpochInfo], *deltas) -> dict:
         """Merge the sealed epochs ``infos`` (oldest first; ``deltas`` are theirs, epoch by epoch,
-        ``len(deltas) // len(infos)`` each) and rank the newest."""
+        ``len(deltas) // len(infos)`` each) and rank the newest. Where the applications run in an actor of
+        their own, the result is kept once they ran on it (on the publisher's thread), and the next batch
+        may be merged and ranked meanwhile; an earlier result's applications that failed fail this batch."""
+        self._publisher.check()
         self._batch_since = time.monotonic()
         try:
             graph = self._stage.graph
@@ -117,8 +162,12 @@ class ComputeActor:
             if self._resend_whole:
                 self._resend_whole = False
                 self._stage.apps.resend_whole()
-            result = self._stage.apply(SealedEpoch.split(infos, deltas))
-            self._keep(result)
+            result, finish = self._stage.apply_deferred(SealedEpoch.split(infos, deltas))
+            kept = self._prepare(result)
+            if self._stage.deferred:
+                self._publisher.put(kept, finish)
+            else:
+                self._store(kept)
         finally:
             self._batch_since = None
         self._trimmer.maybe_trim()  # the batch's transient arrays are free now
@@ -133,15 +182,20 @@ class ComputeActor:
         writing their own file (:meth:`ComputeStage.write_checkpoint`)."""
         return self._stage.write_checkpoint(epoch, data_dir, fingerprint(self._config) if whole else None)
 
-    def _keep(self, result: EpochResult) -> None:
-        """Keep ``result`` with the name changes since the result before (worked out here, on the batch's
-        thread: a pull runs beside the next batch, which changes the names)."""
+    def _prepare(self, result: EpochResult) -> _Kept:
+        """``result`` with the name changes since the result before, worked out here, on the batch's thread:
+        a pull runs beside the next batch, which changes the names, and so may the publisher's thread."""
         graph = self._stage.graph
-        since = self._named_at
+        since = self._prepared_at
         kept = _Kept(result, since, graph.name_changes(*since), len(graph.names))
+        self._prepared_at = (result.epoch, kept.named)
+        return kept
+
+    def _store(self, kept: _Kept) -> None:
+        """Hand ``kept`` (its result complete) to the pulls."""
         with self._results_lock:
             self._results.append(kept)
-            self._named_at = (result.epoch, kept.named)
+            self._named_at = (kept.result.epoch, kept.named)
 
     def _newer_than(self, epoch: int) -> tuple[list[_Kept], tuple[int, int]]:
         """Let go of the kept results up to ``epoch`` (the caller has them); the rest, and the names' place
@@ -200,6 +254,7 @@ class ComputeActor:
         that must have it whole (:meth:`_whole_first`) gets with the newest result."""
         if whole:
             self._stage.apps.resend_whole()
+        self._publisher.drain()  # the names as of now are those of the newest result kept
         graph = self._stage.graph
         kept, _ = self._newer_than(epoch)
         changes = graph.name_changes(epoch, known_names)

@@ -82,7 +82,7 @@ class AppsActor:
 
 class RayApplications:
     """:class:`~pulsegraph.compute.apps.runner.AppsPort` over an :class:`AppsActor`: each epoch one call, whose
-    answer the compute stage waits for (the result carries the applications' output)."""
+    answer completes the epoch's result; the compute stage merges and ranks the next batch meanwhile."""
 
     def __init__(self, actor: Any, spawn: dict[str, Any], restored: tuple[str, str] | None = None) -> None:
         self.actor = actor
@@ -94,7 +94,7 @@ class RayApplications:
         self._since = (0, 0)
         self._built = False
         self._resend = False
-        self.ms: dict[str, float] = {}
+        self._running: Any = None  # the run submitted last (its object ref), until the next is submitted
 
     def _get(self, ref: Any) -> Any:
         try:
@@ -105,14 +105,19 @@ class RayApplications:
                 "relaunches from the newest checkpoint with a new one"
             ) from exc
 
-    def run(self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
-            scores: dict | None = None, new_vertices: int = 0) -> dict[str, AppResult]:
+    def submit(self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
+               scores: dict | None = None, new_vertices: int = 0,
+               ) -> Callable[[], tuple[dict[str, AppResult], dict[str, float]]]:
+        """Send the actor this epoch (read from ``g`` now, so the next merge may go on at once) once the run
+        before it is done: one run in flight at most, so that runs slower than the merges never pile up."""
         rebuild = not self._built or full or self._spawn["config"].rebuild_every_epoch
         inp = AppsInput.of(g, self._since, epoch, changes, before, full, scores or {}, new_vertices, rebuild)
         inp.resend_whole, self._resend = self._resend, False
-        out, self.ms = self._get(self.actor.run.remote(inp))
+        if self._running is not None:
+            self._get(self._running)
+        ref = self._running = self.actor.run.remote(inp)
         self._since, self._built = (epoch, g.n), True
-        return out
+        return lambda: self._get(ref)
 
     def resend_whole(self) -> None:
         self._resend = True
@@ -137,7 +142,7 @@ class RayApplications:
         """Pickled as the file the actor last wrote (a checkpoint's), never as its handle: it dies with its owner."""
         if self._written is None:
             raise ComputeError("the applications' actor is pickled only as the file it wrote (write() first)")
-        return {**{k: v for k, v in vars(self).items() if k != "actor"}, "actor": None}
+        return {**vars(self), "actor": None, "_running": None}
 
     def reopen(self, folder: Path | None, started: RayApplications | None = None) -> None:
         """A new actor from the file this port was pickled with, in checkpoint folder ``folder``: ``started``'s, if

@@ -128,8 +128,20 @@ class ComputeStage:
         e = self.engine
         return e.be.name if isinstance(e, RankEngine) else e.backend_name()
 
+    @property
+    def deferred(self) -> bool:
+        """Do the applications run elsewhere, so that :meth:`apply_deferred`'s result waits for them?"""
+        return not isinstance(self.apps, Applications)
+
     def apply(self, epochs: list[SealedEpoch]) -> EpochResult:
         """Merge ``epochs`` (in order, each newer than the last merged) and rank the newest."""
+        return self.apply_deferred(epochs)[1]()
+
+    def apply_deferred(self, epochs: list[SealedEpoch]) -> tuple[EpochResult, Callable[[], EpochResult]]:
+        """:meth:`apply`'s result, and the call that completes it with the applications' output: at once
+        where they run in this process; where they run in an actor of their own (:attr:`deferred`), the call
+        waits for them, and meanwhile the next epochs may be merged and ranked (the actor takes its epochs
+        in order)."""
         if not epochs:
             raise ValueError("no epoch to apply")
         g = self.graph
@@ -152,9 +164,13 @@ class ComputeStage:
         newest = epochs[-1]
         full = any(e.deltas and all(d.full for d in e.deltas) for e in epochs)
         info = newest.info
-        apps = self.apps.run(g, info.epoch, changes, before, full, scores, g.n - n_before)
+        if isinstance(self.apps, Applications):
+            ran = self.apps.run(g, info.epoch, changes, before, full, scores, g.n - n_before), dict(self.apps.ms)
+            apps_done: Callable[[], tuple[dict, dict[str, float]]] = lambda: ran
+        else:
+            apps_done = self.apps.submit(g, info.epoch, changes, before, full, scores, g.n - n_before)
         out_deg, in_deg = g.degrees()
-        return EpochResult(
+        result = EpochResult(
             epoch=info.epoch,
             vector=info.vector,
             records=info.records,
@@ -175,8 +191,6 @@ class ComputeStage:
             types=list(g.types),
             methods={name: run.stats.method for name, run in runs.items()},
             graph_ms=self.engine.graph_ms + publish_ms + merge_ms,
-            apps=apps,
-            apps_ms=dict(self.apps.ms),
             skipped=[e.info.epoch for e in epochs[:-1]],
             error_bounds=self.engine.error_bounds(scores),
             window=info.window,
@@ -185,6 +199,12 @@ class ComputeStage:
             present=None if present is None else present.copy(),
             reuse_after=g.reuse_after if g.reusing else None,
         )
+
+        def done() -> EpochResult:
+            result.apps, result.apps_ms = apps_done()
+            return result
+
+        return result, done
 
     def checkpoint_state(self) -> dict:
         """The ids and application state a checkpoint keeps (see :meth:`GlobalGraph.restore_ids`)."""

@@ -140,10 +140,10 @@ class AppsPort(Protocol):
     """The applications of a stage where they run in an actor of their own (``pulsegraph.compute.apps_actor``):
     :class:`Applications`' calls, and the actor's rows in a checkpoint written whole."""
 
-    ms: dict[str, float]
-
-    def run(self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
-            scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0) -> dict[str, AppResult]: ...
+    def submit(self, g: GlobalGraph, epoch: int, changes: EdgeChanges, before: EdgeChanges, full: bool,
+               scores: dict[str, np.ndarray] | None = None, new_vertices: int = 0,
+               ) -> Callable[[], tuple[dict[str, AppResult], dict[str, float]]]:
+        """:meth:`Applications.run` started: the call returned waits for its results and the milliseconds each took."""
 
     def resend_whole(self) -> None: ...
 
