@@ -186,3 +186,20 @@ def test_partitions_start_before_the_stage_is_read_back_only_from_a_manifest_nam
     store.commit(1, {}, {}, {}, "0" * 64, compute_whole="f", compute_files=three)
     assert start_partitions_of(store.folder(1), StageConfig().rank, 2) is None
     assert start_partitions_of(tmp_path / "nowhere", StageConfig().rank, 2) is None
+
+
+def test_the_applications_actor_lost_fails_the_next_batch_and_says_why(ray_cluster):
+    """With partitions the applications run in an actor of their own while the next batch is merged and ranked;
+    that actor dying fails a batch (the pipeline then relaunches), with a reason that names it."""
+    epochs = sealed_epochs(200, 200, 200, 200)
+    actor = ComputeActor.remote(config=StageConfig(partitions=2))
+    try:
+        ray.get(actor.apply_epochs.remote([epochs[0].info], *epochs[0].deltas), timeout=120)
+        results, _ = ray.get(actor.results_in_order.remote(0, 0), timeout=60)
+        assert [r.epoch for r in results] == [1] and set(results[0].apps) == {"components", "trends", "topics", "landmarks"}
+        ray.kill(ray.get(actor.owned_actors.remote())[-1], no_restart=True)
+        with pytest.raises(ray.exceptions.RayTaskError, match="the applications' actor died"):
+            for e in epochs[1:]:
+                ray.get(actor.apply_epochs.remote([e.info], *e.deltas), timeout=120)
+    finally:
+        ray.kill(actor)
