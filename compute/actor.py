@@ -131,10 +131,11 @@ class ComputeActor:
         apps_factory = None if config.partitions <= 1 else lambda apps, state: spawn_apps(apps, state, log_level)
         self._stage = ComputeStage.made(config, saved, factory, whole, folder, started, apps_factory, started_apps)
         if whole:
-            log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s%s",
+            beside = [what for what, taken in ((f"{config.partitions} partition actors", started and not started.actors),
+                                               ("the applications' actor", started_apps and started_apps.actor is None)) if taken]
+            log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s",
                      self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges(),
-                     f" ({config.partitions} partition actors started beside it)" if started and not started.actors else "",
-                     " (the applications' actor started beside it)" if started_apps and started_apps.actor is None else "")
+                     f" ({' and '.join(beside)} started beside it)" if beside else "")
         self._results: collections.deque[_Kept] = collections.deque(maxlen=KEEP_RESULTS)
         self._results_lock = threading.Lock()  # the pull's thread and the batches' share the kept results
         # The names as of the newest result: (its epoch, ids with names). (0, 0) before the first, whose

@@ -29,7 +29,6 @@ from pulsegraph.compute.apps.view import AppsInput
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
-from pulsegraph.compute.partition_actor import process_memory
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified
 from pulsegraph.snapshots.exceptions import CheckpointError
 
@@ -73,11 +72,6 @@ class AppsActor:
         """The applications (adjacency, state, view of the graph) as file ``name`` of epoch ``epoch``'s checkpoint:
         its sha256, and the state an ordinary checkpoint keeps (:meth:`state_dict`)."""
         return CheckpointStore(data_dir).write_file(epoch, name, dumps(self._host)), self._host.state_dict()
-
-    def memory(self) -> dict[str, int]:
-        """This worker's resident set and its peak."""
-        self._trimmer.maybe_trim()
-        return process_memory()
 
 
 class RayApplications:
@@ -158,9 +152,6 @@ class RayApplications:
             log.warning("the applications' actor started early does not match the checkpoint's; making it again")
             ray.kill(started.actor, no_restart=True)
         self.actor = spawn_apps(**self._spawn, restore=restore).actor
-
-    def memory(self) -> dict[str, int]:
-        return self._get(self.actor.memory.remote())
 
 
 def spawn_apps(config: AppConfig, saved: dict | None = None, log_level: str = "INFO",

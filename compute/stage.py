@@ -26,6 +26,10 @@ never learns where the partitions live: one partition is today's
 (:func:`~pulsegraph.compute.partitioned.make_rank_engine`) or over Ray actors when the compute actor
 hands in :func:`pulsegraph.compute.partition_actor.ray_rank_engine`. Either engine answers the calls the
 stage makes (``update``, ``host_scores``, ``error_bounds``, ``graph_ms``), so a result has the same shape.
+The applications likewise: :class:`~pulsegraph.compute.apps.runner.Applications` in this process, or from
+``apps_factory`` an :class:`~pulsegraph.compute.apps.runner.AppsPort` (the compute actor's
+:mod:`pulsegraph.compute.apps_actor` with partitions), whose epochs run while the next batch is merged and
+ranked: :meth:`ComputeStage.apply_deferred` hands the result back with the call that completes it.
 """
 
 from __future__ import annotations
