@@ -32,9 +32,9 @@ from pulsegraph.compute.apps.components import Components
 from pulsegraph.compute.apps.exposure import Exposure
 from pulsegraph.compute.apps.landmarks import Landmarks
 from pulsegraph.compute.apps.trends import Trends
+from pulsegraph.compute.apps.view import AppsInput, AppsView, LiveGraph
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.graph import GlobalGraph
-from pulsegraph.compute.apps.view import AppsInput, AppsView, LiveGraph
 
 log = logging.getLogger(__name__)
 
