@@ -142,10 +142,10 @@ class ComputeStage:
         return self.apply_deferred(epochs)[1]()
 
     def apply_deferred(self, epochs: list[SealedEpoch]) -> tuple[EpochResult, Callable[[], EpochResult]]:
-        """:meth:`apply`'s result, and the call that completes it with the applications' output: at once
-        where they run in this process; where they run in an actor of their own (:attr:`deferred`), the call
-        waits for them, and meanwhile the next epochs may be merged and ranked (the actor takes its epochs
-        in order)."""
+        """:meth:`apply`'s result, and the call that completes it with the applications' output: complete
+        already where they run in this process; where they run in an actor of their own (:attr:`deferred`),
+        the call waits for them, and meanwhile the next epochs may be merged and ranked (the actor takes its
+        epochs in order)."""
         if not epochs:
             raise ValueError("no epoch to apply")
         g = self.graph
@@ -168,9 +168,9 @@ class ComputeStage:
         newest = epochs[-1]
         full = any(e.deltas and all(d.full for d in e.deltas) for e in epochs)
         info = newest.info
+        ran: tuple[dict, dict[str, float]] | None = None
         if isinstance(self.apps, Applications):
             ran = self.apps.run(g, info.epoch, changes, before, full, scores, g.n - n_before), dict(self.apps.ms)
-            apps_done: Callable[[], tuple[dict, dict[str, float]]] = lambda: ran
         else:
             apps_done = self.apps.submit(g, info.epoch, changes, before, full, scores, g.n - n_before)
         out_deg, in_deg = g.degrees()
@@ -203,6 +203,10 @@ class ComputeStage:
             present=None if present is None else present.copy(),
             reuse_after=g.reuse_after if g.reusing else None,
         )
+
+        if ran is not None:  # complete already: the applications ran here
+            result.apps, result.apps_ms = ran
+            return result, lambda: result
 
         def done() -> EpochResult:
             result.apps, result.apps_ms = apps_done()

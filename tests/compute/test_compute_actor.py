@@ -203,3 +203,21 @@ def test_the_applications_actor_lost_fails_the_next_batch_and_says_why(ray_clust
                 ray.get(actor.apply_epochs.remote([e.info], *e.deltas), timeout=120)
     finally:
         ray.kill(actor)
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_every_result_handed_over_carries_each_applications_output(ray_cluster, partitions):
+    """In the compute actor's process (P = 1) or in an actor of their own beside the next batch (P = 2), a result
+    reaches the API only with its applications' output and their times."""
+    epochs = sealed_epochs(300, 300, 300)
+    actor = ComputeActor.remote(config=StageConfig(partitions=partitions))
+    try:
+        for e in epochs:
+            ray.get(actor.apply_epochs.remote([e.info], *e.deltas), timeout=120)
+        results, _ = ray.get(actor.results_in_order.remote(0, 0), timeout=60)
+        assert [r.epoch for r in results] == [1, 2, 3]
+        for r in results:
+            assert set(r.apps) == {"components", "trends", "topics", "landmarks"}, r.epoch
+            assert {"app_graph", "components", "landmarks"} <= set(r.apps_ms), r.epoch
+    finally:
+        ray.kill(actor)
