@@ -44,7 +44,7 @@ from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine, start_partitions_of
 from pulsegraph.compute.results import EpochResult
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
-from pulsegraph.snapshots.checkpoint import WrittenPart, load_verified
+from pulsegraph.snapshots.checkpoint import CheckpointStore, WrittenPart, load_verified
 from pulsegraph.snapshots.epoch import EpochInfo
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,9 @@ class ComputeActor:
         # now, beside the read of this one's (seconds each, at tens of millions of edges), not after it.
         started = started_apps = None
         if whole and folder is not None and config.partitions > 1:
-            started = start_partitions_of(folder, config.rank, config.partitions, log_level, checked)
-            started_apps = start_apps_of(folder, config.apps, log_level, checked)
+            files = CheckpointStore.compute_files_in(folder)  # the manifest, read once for both
+            started = start_partitions_of(folder, files, config.rank, config.partitions, log_level, checked)
+            started_apps = start_apps_of(folder, files, config.apps, log_level, checked)
         saved = None if restore is None else load_verified(Path(restore[0]), restore[1], rehash=not checked)
         # One partition: the stage makes today's engine and applications itself. More: partition actors and an
         # applications' actor, owned by this one.

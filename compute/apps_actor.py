@@ -30,7 +30,6 @@ from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified
-from pulsegraph.snapshots.exceptions import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -165,15 +164,12 @@ def spawn_apps(config: AppConfig, saved: dict | None = None, log_level: str = "I
     return RayApplications(actor, {"config": config, "log_level": log_level}, restore)
 
 
-def start_apps_of(folder: Path, config: AppConfig, log_level: str = "INFO", checked: bool = False) -> RayApplications | None:
+def start_apps_of(folder: Path, files: dict[str, str], config: AppConfig, log_level: str = "INFO",
+                  checked: bool = False) -> RayApplications | None:
     """The applications' actor of a stage written whole in checkpoint folder ``folder``, started from the file its
-    manifest names before the compute stage itself is read back (the actor reads its file meanwhile); None
-    where the manifest names none (the stage's port then makes it once it is read back)."""
-    try:
-        files = CheckpointStore.manifest_in(folder).compute_files
-    except (OSError, CheckpointError, ValueError, KeyError) as exc:
-        log.warning("no readable manifest in %s (%s): the applications start after the compute stage is read back", folder, exc)
-        return None
+    manifest names (``files``: :meth:`CheckpointStore.compute_files_in`) before the compute stage itself is read
+    back (the actor reads its file meanwhile); None where they name none (the stage's port then makes it once
+    it is read back)."""
     if APPS_FILE not in files:
         return None
     return spawn_apps(config, log_level=log_level, restore=(str(folder / APPS_FILE), files[APPS_FILE]), checked=checked)

@@ -248,17 +248,12 @@ def spawn_partitions(
     return RayPartitions(actors, spawn, restore)
 
 
-def start_partitions_of(folder: Path, config: RankConfig, parts: int, log_level: str = "INFO",
+def start_partitions_of(folder: Path, files: dict[str, str], config: RankConfig, parts: int, log_level: str = "INFO",
                         checked: bool = False) -> RayPartitions | None:
     """The partition actors of a stage written whole in checkpoint folder ``folder``, started from the files
-    its manifest names before the compute stage itself is read back (each reads its own file meanwhile, on
-    its own node), as :func:`ray_rank_engine` makes them; None when there is no manifest naming such files
-    (the stage's port then makes them itself once it is read back)."""
-    try:
-        files = CheckpointStore.manifest_in(folder).compute_files
-    except (OSError, CheckpointError, ValueError, KeyError) as exc:
-        log.warning("no readable manifest in %s (%s): the partitions start after the compute stage is read back", folder, exc)
-        return None
+    its manifest names (``files``: :meth:`CheckpointStore.compute_files_in`) before the compute stage itself is
+    read back (each reads its own file meanwhile, on its own node), as :func:`ray_rank_engine` makes them;
+    None when they name no such files (the stage's port then makes them itself once it is read back)."""
     names = partition_files(parts)
     if sorted(f for f in files if f.startswith("partition-")) != sorted(names):  # the applications' file beside them
         return None

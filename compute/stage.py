@@ -168,9 +168,10 @@ class ComputeStage:
         newest = epochs[-1]
         full = any(e.deltas and all(d.full for d in e.deltas) for e in epochs)
         info = newest.info
-        ran: tuple[dict, dict[str, float]] | None = None
+        apps_done: Callable[[], tuple[dict, dict[str, float]]]
         if isinstance(self.apps, Applications):
             ran = self.apps.run(g, info.epoch, changes, before, full, scores, g.n - n_before), dict(self.apps.ms)
+            apps_done = lambda: ran  # one shape for both: the call that completes the result
         else:
             apps_done = self.apps.submit(g, info.epoch, changes, before, full, scores, g.n - n_before)
         out_deg, in_deg = g.degrees()
@@ -204,14 +205,12 @@ class ComputeStage:
             reuse_after=g.reuse_after if g.reusing else None,
         )
 
-        if ran is not None:  # complete already: the applications ran here
-            result.apps, result.apps_ms = ran
-            return result, lambda: result
-
         def done() -> EpochResult:
             result.apps, result.apps_ms = apps_done()
             return result
 
+        if not self.deferred:
+            done()  # the applications ran here: the result is complete now
         return result, done
 
     def checkpoint_state(self) -> dict:

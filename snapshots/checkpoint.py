@@ -338,6 +338,16 @@ class CheckpointStore:
             body.get("compute_whole"), dict(body.get("compute_files", {})),
         )
 
+    @staticmethod
+    def compute_files_in(folder: Path) -> dict[str, str]:
+        """The files beside the compute stage's (name -> sha256) that the manifest of checkpoint folder ``folder``
+        names; none where it has no readable manifest (a folder made by hand), which is logged."""
+        try:
+            return CheckpointStore.manifest_in(folder).compute_files
+        except (OSError, CheckpointError, ValueError, KeyError) as exc:
+            log.warning("no readable manifest in %s (%s): the compute stage's actors start once it is read back", folder, exc)
+            return {}
+
     def latest(self) -> Manifest | None:
         """The newest checkpoint whose manifest and every shard file check out."""
         for folder in self._folders():

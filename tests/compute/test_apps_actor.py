@@ -101,17 +101,18 @@ def test_the_actor_written_whole_is_read_back_by_a_new_one_and_goes_on(ray_clust
         ray.kill(stopped.apps.actor)
         folder = CheckpointStore(tmp_path).folder(6)
         saved = loads(read_verified(folder / "compute.ckpt", written.digest))
-        assert start_apps_of(folder, AppConfig()) is None  # no manifest names its file: made once the stage is read
+        assert start_apps_of(folder, CheckpointStore.compute_files_in(folder), AppConfig()) is None  # no manifest names its file: made once the stage is read
         CheckpointStore(tmp_path).commit(6, {}, {}, {}, written.digest, compute_whole=written.whole, compute_files=dict(written.files))
         # Started from the manifest's file with another config: not taken, and a new actor made instead.
-        other_config = start_apps_of(folder, AppConfig(landmarks=4))
+        files = CheckpointStore.compute_files_in(folder)
+        other_config = start_apps_of(folder, files, AppConfig(landmarks=4))
         assert other_config is not None
         refused = ComputeStage.made(config, loads(read_verified(folder / "compute.ckpt", written.digest)), whole=True,
                                     folder=folder, started_apps=other_config)
         assert refused.apps.actor._actor_id != other_config.actor._actor_id
         ray.kill(refused.apps.actor)
         # Started from it with the stage's config: taken over by the stage read back.
-        early = start_apps_of(folder, AppConfig())
+        early = start_apps_of(folder, files, AppConfig())
         assert early is not None
         started = early.actor
         again = ComputeStage.made(config, saved, whole=True, folder=folder, started_apps=early)

@@ -184,8 +184,10 @@ def test_partitions_start_before_the_stage_is_read_back_only_from_a_manifest_nam
     store.folder(1).mkdir(parents=True)
     three = {f"partition-{q}.ckpt": f"{q}" * 64 for q in range(3)}
     store.commit(1, {}, {}, {}, "0" * 64, compute_whole="f", compute_files=three)
-    assert start_partitions_of(store.folder(1), StageConfig().rank, 2) is None
-    assert start_partitions_of(tmp_path / "nowhere", StageConfig().rank, 2) is None
+    assert start_partitions_of(store.folder(1), CheckpointStore.compute_files_in(store.folder(1)), StageConfig().rank, 2) is None
+    nowhere = tmp_path / "nowhere"
+    assert CheckpointStore.compute_files_in(nowhere) == {}
+    assert start_partitions_of(nowhere, CheckpointStore.compute_files_in(nowhere), StageConfig().rank, 2) is None
 
 
 def test_the_applications_actor_lost_fails_the_next_batch_and_says_why(ray_cluster):
