@@ -59,7 +59,7 @@ from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)
 
-# A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge.
+# A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge, by (other end, type).
 Edges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # The per-slot columns (GraphHistory.state).
 _COLUMNS = ("src", "dst", "etype", "mult", "weight", "changed")
@@ -92,6 +92,34 @@ def _last_of_each(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return ordered, order
     distinct, first = np.unique(keys[::-1], return_index=True)
     return distinct, len(keys) - 1 - first
+
+
+def require_kept(epoch: int, newest: int, kept_from: int) -> None:
+    """Raise :class:`~pulsegraph.api.exceptions.NotFound` unless a view whose newest epoch is ``newest`` (0: none
+    applied) and which keeps the graph from ``kept_from`` on gives the graph as of ``epoch``."""
+    if newest == 0:
+        # Nothing applied yet: after a restart the epochs taken back are served before the pipeline's first
+        # epoch brings the graph, and an empty view would answer them with no edges at all.
+        raise NotFound(
+            f"the graph as of epoch {epoch} is not kept (none is yet: it comes with the pipeline's first epoch); "
+            "epochs from before a crash keep their scores, not their edges",
+            code="graph_not_retained",
+        )
+    if epoch < kept_from:
+        raise NotFound(
+            f"the graph as of epoch {epoch} is not kept (kept: {kept_from}..{newest}); "
+            "epochs from before a crash keep their scores, not their edges",
+            code="graph_not_retained",
+        )
+
+
+def check_capacity(ch: EdgeChanges) -> None:
+    """Raise :class:`GraphCapacityError` for changes the packed edge key cannot hold."""
+    if len(ch) and (int(ch.src.max()) >= MAX_VERTICES or int(ch.dst.max()) >= MAX_VERTICES or int(ch.etype.max()) >= MAX_TYPES):
+        raise GraphCapacityError(
+            f"the API's graph view holds at most {MAX_VERTICES} vertices and {MAX_TYPES} edge types. "
+            "Operator action: widen the packed key in api/graph.py"
+        )
 
 
 @dataclass
@@ -175,11 +203,7 @@ class GraphHistory:
             log.error("graph view missed epochs %d..%d; neighbors may lack edges changed only then", self.epoch + 1, covered_from - 1)
             self.missed_epochs += covered_from - self.epoch - 1
         ch = changes if changes is not None else EdgeChanges.empty()
-        if len(ch) and (int(ch.src.max()) >= MAX_VERTICES or int(ch.dst.max()) >= MAX_VERTICES or int(ch.etype.max()) >= MAX_TYPES):
-            raise GraphCapacityError(
-                f"the API's graph view holds at most {MAX_VERTICES} vertices and {MAX_TYPES} edge types. "
-                "Operator action: widen the packed key in api/graph.py"
-            )
+        check_capacity(ch)
         keys = pack(ch.src, ch.dst, ch.etype)
         # Worked out before the write lock: the feed thread is the only writer, so what it reads here cannot
         # change under it, and readers (the event loop's among them) wait only for the writes below.
@@ -359,20 +383,7 @@ class GraphHistory:
             self._require(epoch)
 
     def _require(self, epoch: int) -> None:
-        if self.epoch == 0:
-            # Nothing applied yet: after a restart the epochs taken back are served before the pipeline's first
-            # epoch brings the graph, and an empty view would answer them with no edges at all.
-            raise NotFound(
-                f"the graph as of epoch {epoch} is not kept (none is yet: it comes with the pipeline's first epoch); "
-                "epochs from before a crash keep their scores, not their edges",
-                code="graph_not_retained",
-            )
-        if epoch < self._kept_from():
-            raise NotFound(
-                f"the graph as of epoch {epoch} is not kept (kept: {self._kept_from()}..{self.epoch}); "
-                "epochs from before a crash keep their scores, not their edges",
-                code="graph_not_retained",
-            )
+        require_kept(epoch, self.epoch, self._kept_from())
 
     def neighbors(self, vertex: int, direction: str, epoch: int | None = None) -> Edges:
         """(other end, type, multiplicity, weight) of the live edges of ``vertex`` as of ``epoch`` (None: newest);
@@ -381,6 +392,12 @@ class GraphHistory:
             got = self._neighbors(vertex, direction, epoch, None)
         assert got is not None  # no bound: always read
         return got
+
+    def neighbors_many(self, vertices: list[int], direction: str, epoch: int | None = None) -> list[Edges]:
+        """:meth:`neighbors` of each of ``vertices`` (a search's frontier), under one hold of the lock."""
+        with self._lock.read():
+            got = [self._neighbors(v, direction, epoch, None) for v in vertices]
+        return [g for g in got if g is not None]  # no bound: every one is read
 
     def neighbors_now(self, vertex: int, direction: str, epoch: int | None, most: int) -> Edges | None:
         """:meth:`neighbors` for a caller that must not wait, the event loop: None, without waiting, while an
@@ -411,6 +428,9 @@ class GraphHistory:
         else:
             keys, _ = index.range(lo, hi)
             cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            # In the edge key's order, as the out-edges are, not the slots': a slot is where an edge happened to
+            # land, and a partitioned view's parts number theirs apart (pulsegraph.api.graphparts).
+            cand = cand[np.lexsort((self.etype.view[cand], self.src.view[cand]))]
         mult = self.mult.view[cand].astype(np.int64)  # undo records may be wider than the column
         weight = self.weight.view[cand].copy()
         if epoch is not None and epoch < self.epoch:

@@ -34,27 +34,28 @@ def bidirectional_bfs(store: ResultStore, epoch: int, a: int, b: int, budget: in
     """The true distance a -> b (-1: no path), or None when it is not settled within ``budget`` expanded vertices."""
     if a == b:
         return 0
-    out_n, in_n = _nbrs(store, epoch, "out"), _nbrs(store, epoch, "in")
     df, db = {a: 0}, {b: 0}
     ff, fb = [a], [b]
     lf = lb = 0
     spent = 0
     while ff and fb:
         forward = len(ff) <= len(fb)
-        frontier, dist, other, nbrs = (ff, df, db, out_n) if forward else (fb, db, df, in_n)
+        frontier, dist, other = (ff, df, db) if forward else (fb, db, df)
         level = (lf if forward else lb) + 1
         nxt, best = [], None
-        for v in frontier:
-            spent += 1
-            if spent > budget:
-                return None
-            for w in nbrs(v).tolist():
+        # The vertices the budget lets it expand, read in one go (one call per part of a partitioned view).
+        expand = frontier[: budget - spent]
+        for ends in store.graph.neighbors_many(expand, "out" if forward else "in", epoch):
+            for w in ends[0].tolist():
                 if w in other:
                     total = level + other[w]
                     best = total if best is None else min(best, total)
                 if w not in dist:
                     dist[w] = level
                     nxt.append(w)
+        spent += len(expand)
+        if len(expand) < len(frontier):
+            return None
         if best is not None:
             return best
         if forward:

@@ -35,6 +35,7 @@ import orjson
 from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
+from pulsegraph.api.graphparts import PartitionedGraph
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
 from pulsegraph.api.names import (
@@ -116,13 +117,13 @@ def _watermark_of(view: EpochView) -> float:
 
 
 class ResultStore:
-    def __init__(self, retain: int = 120, archive: ResultArchive | None = None) -> None:
+    def __init__(self, retain: int = 120, archive: ResultArchive | None = None, graph: PartitionedGraph | None = None) -> None:
         self.retain = retain
         self.archive = archive
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.types: list[str] = []
-        self.graph = GraphHistory(retain)
+        self.graph: GraphHistory | PartitionedGraph = graph or GraphHistory(retain)  # partitioned: pulsegraph.api.graphparts
         # The applications' per-vertex arrays (pulsegraph.compute.apps), kept as undo records like the graph.
         self.components = ArrayHistory(retain, fill=-1)
         self.landmarks_to = ArrayHistory(retain, fill=65535)

@@ -60,12 +60,14 @@ def save_view(store: ResultStore, archive: ResultArchive) -> bool:
         reader.settle(None)  # a read under way ends first
     epoch = store.graph.epoch
     try:
-        if not epoch or epoch != store.latest_epoch or archive.latest != epoch:
+        began = time.monotonic()
+        # None: a partitioned view (pulsegraph.api.graphparts), which is its parts'; none of it is here to keep.
+        graph = store.graph.state()
+        if not epoch or epoch != store.latest_epoch or archive.latest != epoch or graph is None:
             path.unlink(missing_ok=True)
             return False
-        began = time.monotonic()
         state = {
-            "epoch": epoch, "vector": dict(store.get(epoch).result.vector), "graph": store.graph.state(),
+            "epoch": epoch, "vector": dict(store.get(epoch).result.vector), "graph": graph,
             "histories": {f"{app}.{field}": h.state() for (app, field), h in store.histories().items()},
         }
         write_mapped(path, state)

@@ -30,6 +30,7 @@ from pulsegraph.compute.actor import ComputeActor
 from pulsegraph.compute.partition_actor import check_gpus
 from pulsegraph.compute.stage import StageConfig, fingerprint
 from pulsegraph.errors import PulsegraphError
+from pulsegraph.graph_parts import GraphParts
 from pulsegraph.identity import check_resumable
 from pulsegraph.ingest.actor import IngestActor, IngestConfig
 from pulsegraph.ingest.sources import SourceSpec
@@ -64,11 +65,6 @@ def _summed(*counts: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def spread(items: list[str], n: int) -> list[list[str]]:
-    """Round-robin ``items`` over ``n`` owners: one partition, one owner."""
-    return [items[i::n] for i in range(n)]
-
-
 @dataclass
 class Pipeline:
     settings: Settings
@@ -82,12 +78,14 @@ class Pipeline:
     feed: ResultFeed | None = None
 
     def __post_init__(self) -> None:
-        # The archive always holds the retained epochs (the store serves all but the newest from it,
-        # memory-mapped); --archive-results decides whether a restart takes them back.
+        # The archive holds the retained epochs (served memory-mapped); --archive-results: whether a restart takes them back.
         self.archive = ResultArchive(self.settings.data_dir / "results", self.settings.retain_epochs)
         # The newest epoch archived before this start: a new rule's since_epoch floor (their alerts may be out already).
         given_out = self.archive.latest
-        self.store = ResultStore(self.settings.retain_epochs, self.archive)
+        s = self.settings
+        # With compute partitions the graph view is in actors of its own (pulsegraph.graph_parts), not in this process.
+        self.graph_parts = GraphParts(s.compute_partitions, s.retain_epochs, s.log_level, self._relaunch) if s.compute_partitions > 1 else None
+        self.store = ResultStore(s.retain_epochs, self.archive, None if self.graph_parts is None else self.graph_parts.graph)
         # The alert rules live in the data folder (an unreadable file stops the start, naming what to do).
         self.alerts = AlertBook(self.store, self.settings.data_dir / RULES_FILE, floor=given_out)
         self._status: dict = {"ingest": "starting"}
@@ -110,7 +108,6 @@ class Pipeline:
         budget = self.settings.memory_budget
         self.memory = MemoryGuard(budget) if budget else None
         self.supervisor = Supervisor(self)
-        s = self.settings
         # Reads the store, not the actors: it lives as long as the service, across relaunches.
         self.results: ResultPublisher | None = None
         # The cluster's properties, secrets included, read from --kafka-config by this process only: they
@@ -163,7 +160,7 @@ class Pipeline:
         elif (taken := self.archive.take_back()) is not None:
             self.store.take_back(*taken)
             # The graph view the last clean stop kept, read back once the API serves (pulsegraph.api.viewfile).
-            self.store.view_reader = ViewReader.open(self.store, self.archive)
+            self.store.view_reader = ViewReader.open(self.store, self.archive) if self.graph_parts is None else None
             # Their digests are read meanwhile (seconds for gigabytes); the pipeline's first epoch waits for it.
             threading.Thread(
                 target=self.archive.verify_taken, args=(self.store.drop_taken,), name="archive-verify", daemon=True,
@@ -178,8 +175,7 @@ class Pipeline:
         s.data_dir.mkdir(parents=True, exist_ok=True)
         self._planned = plan_in_background(s.data_dir, bool(s.checkpoint_every), s.shards)  # while Ray starts
         init_ray(s)
-        # Build Ray's serialization context here, on this thread: built first on the launcher thread, it races
-        # the main thread's imports (pydantic.v1) and fails.
+        # Ray's serialization context, built here: built first on the launcher thread, it races the main thread's imports.
         ray.put(None)
         if self.results is not None:
             self.results.start()  # connects (and finds where to resume) while the pipeline launches
@@ -272,6 +268,8 @@ class Pipeline:
         whole = bool(restore_ids and manifest and manifest.compute_whole == fingerprint(stage_config))
         # With partitions the ranking (and its GPU) is theirs: each asks for a GPU, the compute actor for none.
         check_gpus(s.device, parts)
+        if self.graph_parts is not None:
+            self.graph_parts.ensure()  # the parts there are, or new ones where one died
         gpus = 1 if s.device == "cuda" and parts == 1 else 0
         # Actors get typed configs made here, never the Settings (no secret travels); ignore: @ray.remote's class.
         self.compute = ComputeActor.options(num_gpus=gpus).remote(  # type: ignore[attr-defined]
@@ -298,7 +296,7 @@ class Pipeline:
         self.coordinator = EpochCoordinator.options(num_cpus=0).remote(  # type: ignore[attr-defined]
             shards=self.shards, consumer=self.compute, config=cuts, resume=resume, log_level=s.log_level,
         )
-        owners = spread(spec.partition_names(), n_ingest)
+        owners = [spec.partition_names()[i::n_ingest] for i in range(n_ingest)]  # round-robin: one partition, one owner
         self.ingest = [
             IngestActor.options(**spread_out).remote(  # type: ignore[attr-defined]
                 config=IngestConfig(
@@ -488,6 +486,8 @@ class Pipeline:
             self.feed.stop()
         if self.settings.archive_results and (self.feed is None or not self.feed.running):
             save_view(self.store, self.archive)  # for the next start to answer the graph's routes at once
+        if self.graph_parts is not None:
+            self.graph_parts.close()
         if self.results is not None:
             self.results.stop()  # after the feed: the epochs it delivered last get their chance
         if self.coordinator is not None:

@@ -1,8 +1,10 @@
 """``--compute-partitions``: the setting, and the whole pipeline ranking over partition actors.
 
 The file source runs through real ingest, shard, coordinator and compute actors, the ranking over two
-``RankPartitionActor`` actors; one of them is killed mid-stream (the epoch fails, the pipeline relaunches
-from the newest checkpoint with new partitions). The run must end in the reference graph, with PageRank
+``RankPartitionActor`` actors, the API's graph view over two ``GraphPartActor`` actors; one of them (or the
+applications' actor) is killed mid-stream (the pipeline relaunches from the newest checkpoint with new partitions,
+and new graph view parts where one of those died). The run must end in the reference graph (the compute stage's
+and the API's view), with PageRank
 within its published bound of networkx's on that graph and the top ranks of one partition's run, and
 every partition actor it made must be gone once the service stops.
 """
@@ -15,6 +17,7 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
+from pulsegraph.api.graph import GraphHistory
 from pulsegraph.cli import main
 from pulsegraph.compute.stage import StageConfig
 from pulsegraph.settings import MAX_COMPUTE_PARTITIONS, Settings
@@ -64,17 +67,29 @@ def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | None = None):
             assert first.result.vector.get("file:0", 0) < len(lines) * 3 // 4, "the stream ended before the kill"
             made = ray.get(p.compute.owned_actors.remote())
             assert len(made) == parts + 1  # the partitions, and the applications' actor
-            ray.kill(made[kill], no_restart=True)
+            assert p.graph_parts is not None
+            ray.kill(p.graph_parts.graph.port.actors[0] if kill == "view" else made[kill], no_restart=True)
             p.wait_for_epoch(lambda v: relaunched(p, 1), timeout=90)
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
         now = ray.get(p.compute.owned_actors.remote())
         assert len(now) == (parts + 1 if parts > 1 else 0) and not set(now) & set(made)
-        made += now
+        made += now + ([] if p.graph_parts is None else list(p.graph_parts.graph.port.actors))  # and the graph view's parts
         graph = ray.get(p.compute.snapshot.remote())
         assert graph == without_attrs(reference(records, view.result.vector, "edges"))
+        assert api_edges(p, view.result.epoch) == {k: v for k, v in graph["edges"].items() if v[0] > 0}
+        assert (p.graph_parts is None) == (parts == 1) and (parts == 1) == isinstance(p.store.graph, GraphHistory)
         return view.result, graph, {n: i for i, n in enumerate(p.store.names[: view.result.vertices])}, made
     finally:
         p.stop()
+
+
+def api_edges(p: Pipeline, epoch: int) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """The live edges of the API's graph view as of ``epoch``, by name, read both ways (with P > 1 from its parts)."""
+    names, types, n = p.store.names, p.store.types, len(p.store.names)
+    out, into = (p.store.graph.neighbors_many(list(range(n)), way, epoch) for way in ("out", "in"))
+    edges = {(names[v], names[o], types[t]): (m, w) for v in range(n) for o, t, m, w in zip(*(a.tolist() for a in out[v]))}
+    assert edges == {(names[o], names[v], types[t]): (m, w) for v in range(n) for o, t, m, w in zip(*(a.tolist() for a in into[v]))}
+    return edges
 
 
 def ranks_by_name(result, ids: dict[str, int], order: list[str]) -> np.ndarray:
@@ -100,12 +115,13 @@ def test_two_partitions_end_in_the_graph_and_the_top_ranks_of_one(ray_cluster, t
     assert two.error_bounds["tunkrank"] == pytest.approx(one.error_bounds["tunkrank"], rel=0.1)
 
 
-@pytest.mark.parametrize("victim", [1, -1], ids=["a partition", "the applications' actor"])
+@pytest.mark.parametrize("victim", [1, -1, "view"], ids=["a partition", "the applications' actor", "a graph view part"])
 def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path, victim):
     lines = edge_lines(1600, seed=6)
     # 8 s of stream: the partition actors' workers take a few seconds to start on a busy 2-core machine.
     two, graph, names, made = run(tmp_path, lines, parts=2, rate=200, kill=victim)
-    assert len(made) == 6 and all(dead(a) for a in made)  # the killed one, its siblings, the relaunch's three
+    # The killed one, its siblings, the relaunch's three, and the graph view's two parts (new ones if one was killed).
+    assert len(made) == 8 and all(dead(a) for a in made)
     order = list(names)
     exact = nx.pagerank(live_digraph(graph), alpha=0.85, tol=1e-14, max_iter=10_000)
     assert np.abs(ranks_by_name(two, names, order) - np.array([exact[n] for n in order])).sum() <= two.error_bounds["pagerank"]

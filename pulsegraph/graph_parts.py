@@ -1,0 +1,140 @@
+"""The API's graph view on Ray: the parts of :mod:`pulsegraph.api.graphparts` as actors, and their lifetime.
+
+With ``--compute-partitions P`` above 1 the service keeps its graph view (neighbors and paths as of any
+retained epoch) in P :class:`GraphPartActor` actors, spread over the nodes like the compute partitions, in
+place of the API process. They belong to the service, not to a pipeline generation: a relaunch keeps them
+(their view goes on from the relaunched pipeline's epochs, as the API's own did), unless one of them died;
+then :meth:`GraphParts.ensure` makes new ones, and the relaunched pipeline's first epoch, which is whole,
+gives them the graph again. Answering a read takes a call to one actor; the actor answers several at once
+(the view's readers and its one writer share a read-write lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from pulsegraph.api.graphparts import GraphPart, PartitionedGraph, PartLost
+from pulsegraph.base.runtime import HeapTrimmer, configure_logging
+from pulsegraph.compute.partition_actor import process_memory
+
+log = logging.getLogger(__name__)
+
+# Reads a part answers at once (a request thread of the API each): they wait only for an epoch being written.
+PART_CONCURRENCY = 8
+# How long a part may take to answer a liveness check at a relaunch.
+ALIVE_TIMEOUT_S = 10.0
+
+
+@ray.remote(max_concurrency=PART_CONCURRENCY)  # type: ignore[call-overload]  # documented; missing from its stubs
+class GraphPartActor:
+    """One :class:`~pulsegraph.api.graphparts.GraphPart` in a Ray worker, its calls reached by name."""
+
+    def __init__(self, *, index: int, parts: int, retain: int, log_level: str = "INFO") -> None:
+        configure_logging(log_level)
+        self._part = GraphPart(retain)
+        self._trimmer = HeapTrimmer()
+        log.info("graph view part %d of %d started", index, parts)
+
+    def call(self, op: str, *args: Any) -> Any:
+        if op not in GraphPart.OPS:
+            raise ValueError(f"no graph view operation {op!r}")
+        out = getattr(self._part, op)(*args)
+        if op == "apply":  # an epoch's transient arrays are free now
+            self._trimmer.maybe_trim()
+        return out
+
+    def memory(self) -> dict[str, int]:
+        """This worker's resident set and peak, and the bytes its part of the view holds."""
+        self._trimmer.maybe_trim()
+        return {**process_memory(), "held": self._part.graph.nbytes}
+
+
+class RayGraphParts:
+    """:class:`~pulsegraph.api.graphparts.PartsPort` over :class:`GraphPartActor` handles: a round's calls go
+    out together and ``ray.get`` waits for their answers; a dead part fails it with ``PartLost``."""
+
+    def __init__(self, actors: Sequence[Any]) -> None:
+        self.actors = list(actors)
+        self.parts = len(self.actors)
+
+    def _live(self) -> list[Any]:
+        if not self.actors:
+            raise PartLost("the graph view's parts are stopped")
+        return self.actors
+
+    def _get(self, refs: list) -> list[Any]:
+        try:
+            return list(ray.get(refs))
+        except RayActorError as exc:
+            raise PartLost(f"a graph view part's actor died ({exc.__class__.__name__})") from exc
+
+    def each(self, op: str, args: Sequence[tuple]) -> list[Any]:
+        return self._get([a.call.remote(op, *x) for a, x in zip(self._live(), args, strict=True)])
+
+    def some(self, calls: dict[int, tuple[str, tuple]]) -> dict[int, Any]:
+        actors = self._live()
+        return dict(zip(calls, self._get([actors[i].call.remote(op, *a) for i, (op, a) in calls.items()])))
+
+    def alive(self) -> bool:
+        try:
+            ray.get([a.__ray_ready__.remote() for a in self.actors], timeout=ALIVE_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError):
+            return False
+        return True
+
+    def memory(self) -> list[dict[str, int]]:
+        return self._get([a.memory.remote() for a in self.actors])
+
+    def close(self) -> None:
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+
+
+def spawn_graph_parts(parts: int, retain: int, log_level: str = "INFO") -> RayGraphParts:
+    """``parts`` new, empty parts, spread over the cluster's nodes (Ray's SPREAD)."""
+    return RayGraphParts([
+        GraphPartActor.options(scheduling_strategy="SPREAD").remote(  # type: ignore[attr-defined]
+            index=q, parts=parts, retain=retain, log_level=log_level,
+        )
+        for q in range(parts)
+    ])
+
+
+class GraphParts:
+    """The service's graph view parts: made at the first launch, made again at a relaunch where one died."""
+
+    def __init__(self, parts: int, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
+        self._parts, self._retain, self._log_level = parts, retain, log_level
+        # A lost part asks for a relaunch, on a thread of its own (it is found by the feed's thread or a request's,
+        # and a relaunch waits for neither): new parts take the relaunched pipeline's first epoch, which is whole.
+        self.graph = PartitionedGraph(None, on_lost=lambda why: threading.Thread(
+            target=relaunch, args=(why,), name="graph-part-lost", daemon=True).start())
+
+    def ensure(self) -> None:
+        """Parts that all answer: the ones there are, or new ones (the view is whole again with the next whole epoch)."""
+        port = self.graph.port
+        if isinstance(port, RayGraphParts) and port.alive():
+            return
+        if isinstance(port, RayGraphParts):
+            port.close()
+            log.warning("graph view: a part is gone; %d new parts take the relaunched pipeline's first epoch", self._parts)
+        t0 = time.monotonic()
+        fresh = spawn_graph_parts(self._parts, self._retain, self._log_level)
+        self.graph.replace(fresh)
+        log.info("graph view over %d part actors (%.1f s)", self._parts, time.monotonic() - t0)
+
+    def close(self) -> None:
+        port = self.graph.port
+        if isinstance(port, RayGraphParts):
+            port.close()
