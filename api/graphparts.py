@@ -27,10 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from pulsegraph.api.archive import ArchiveError, read_mapped, write_mapped
 from pulsegraph.api.exceptions import NotFound, Unavailable
 from pulsegraph.api.graph import Edges, GraphHistory, check_capacity, require_kept
 from pulsegraph.base.errors import PulsegraphError
@@ -46,26 +48,61 @@ class PartLost(PulsegraphError):
 class GraphPart:
     """One part of the view: the edges with an end it owns. Its calls answer what the view mirrors."""
 
-    OPS = frozenset({"apply", "forget_before", "clear", "neighbors_many", "sizes"})  # what an actor's caller may call
+    OPS = frozenset({"apply", "forget_before", "clear", "neighbors_many", "sizes", "take_back", "write"})  # what a caller may call
 
     def __init__(self, retain: int = 120) -> None:
         self.graph = GraphHistory(retain)
 
-    def _facts(self) -> tuple[int, int, int]:
+    def take_back(self, path: str, epoch: int) -> tuple[int, int, int]:
+        """Go on from the view a clean stop wrote as ``path`` (:meth:`write`) if it is of ``epoch`` and checks out;
+        else stay empty (the view is whole again with the pipeline's first epoch, published whole to it). The
+        file is read once: a later crash must not find the view of an epoch since replaced."""
+        graph = GraphHistory(self.graph.retain)
+        try:
+            got = read_mapped(Path(path))
+            undo = got["undo"]
+            taken = got["epoch"] == epoch and graph.load_state(
+                got["graph"], lambda e: {k: undo[f"{e}.{k}"] for k in ("slots", "mult", "weight") if f"{e}.{k}" in undo})
+            why = None if taken else f"not the view of epoch {epoch}, or its undo records do not fit"
+        except (ArchiveError, KeyError, TypeError, ValueError) as exc:
+            why = str(exc) or type(exc).__name__
+        finally:
+            Path(path).unlink(missing_ok=True)
+        if why is None:
+            self.graph = graph
+        else:
+            log.warning("graph view part %s not taken back (%s); it takes the pipeline's first epoch whole", path, why)
+        return self.facts()
+
+    def write(self, path: str) -> bool:
+        """This part's view as of its newest epoch and its undo records as file ``path``, for :meth:`read` at the next
+        start (the whole view's undo records are in the epochs' archive files; a part's are its own). Whether written."""
+        g = self.graph
+        state = g.state()
+        undo = {f"{e}.{k}": a for e, _, _ in state["undo"] for k, a in (g.undo_record(e) or {}).items()}
+        try:
+            write_mapped(Path(path), {"epoch": g.epoch, "graph": state, "undo": undo})
+        except OSError as exc:
+            log.error("graph view part not kept at %s (%s)", path, exc)
+            return False
+        return True
+
+    def facts(self) -> tuple[int, int, int]:
+        """The newest epoch applied, the oldest kept, the epochs missed: what the view mirrors."""
         g = self.graph
         return g.epoch, g.kept_from, g.missed_epochs
 
     def apply(self, epoch: int, changes: EdgeChanges, full: bool, since: int | None) -> tuple[int, int, int]:
         self.graph.apply(epoch, changes, full, since)
-        return self._facts()
+        return self.facts()
 
     def forget_before(self, epoch: int) -> tuple[int, int, int]:
         self.graph.forget_before(epoch)
-        return self._facts()
+        return self.facts()
 
     def clear(self) -> tuple[int, int, int]:
         self.graph.clear()
-        return self._facts()
+        return self.facts()
 
     def neighbors_many(self, vertices: list[int], direction: str, epoch: int) -> list[Edges] | None:
         """The edges of ``vertices`` as of ``epoch``; None when this part no longer keeps it (a retention
@@ -106,6 +143,11 @@ class LocalParts:
         return {i: getattr(self.members[i], op)(*a) for i, (op, a) in calls.items()}
 
 
+def part_file(folder: Path, q: int) -> Path:
+    """Part ``q``'s file in a clean stop's ``folder`` (the result archive's, beside the API's view file)."""
+    return Path(folder) / f"view-part-{q}.res"
+
+
 def rows_of(ch: EdgeChanges, parts: int) -> list[EdgeChanges]:
     """``ch`` split by owner: part ``i`` gets the rows with an end ``i`` owns (a row whose ends two parts own
     goes to both), in their order."""
@@ -124,14 +166,17 @@ class PartitionedGraph:
     """The graph view over a :class:`PartsPort`: :class:`~pulsegraph.api.graph.GraphHistory`'s reads and writes.
     Written by the feed thread only; read from worker threads (never on the event loop: a read is a call)."""
 
-    def __init__(self, port: PartsPort | None, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(self, port: PartsPort | None, on_lost: Callable[[str], None] | None = None, folder: Path | None = None) -> None:
+        """``folder``: where a clean stop's parts keep their views (:meth:`keep`; None: nowhere)."""
         self._port = port  # None until the wiring gives it parts (:meth:`replace`): nothing is kept yet
         self.on_lost = on_lost
+        self.folder = folder
         self._lock = threading.Lock()  # the mirror's three numbers change together
         self.epoch = 0
         self._kept = 0
         self.missed_epochs = 0
         self._lost: str | None = None  # why the view is not whole, until new parts take a whole graph in
+        self.pending: dict | None = None  # a clean stop's view, taken back (load_state) for parts not made yet
 
     @property
     def port(self) -> PartsPort | None:
@@ -155,9 +200,14 @@ class PartitionedGraph:
                 self.on_lost(f"graph view part lost: {exc}")
 
     def replace(self, port: PartsPort) -> None:
-        """Go on over new, empty parts (the old ones died): the view is whole again with the next whole epoch."""
+        """Go on over new, empty parts: they take back a clean stop's view taken back before them (:meth:`load_state`);
+        else (the first parts, or the old ones died) the view is whole again with the next whole epoch."""
         with self._lock:
-            self._port, self.epoch, self._kept = port, 0, 0
+            kept, self.pending, self._port = self.pending, None, port
+            if kept is None:
+                self.epoch, self._kept = 0, 0
+        if kept is not None:
+            self._take_back(port, kept)
 
     def apply(self, epoch: int, changes: EdgeChanges | None, full: bool = False, since: int | None = None) -> None:
         """:meth:`GraphHistory.apply <pulsegraph.api.graph.GraphHistory.apply>`, each part its rows. After a part
@@ -173,6 +223,8 @@ class PartitionedGraph:
         self._each("forget_before", [(epoch,)] * self.parts)
 
     def clear(self) -> None:
+        with self._lock:
+            self.pending, self.epoch, self._kept = None, 0, 0
         self._each("clear", [()] * self.parts)
 
     def _each(self, op: str, args: list[tuple]) -> bool:
@@ -241,8 +293,51 @@ class PartitionedGraph:
     def state(self) -> dict | None:
         return None
 
+    def keep(self) -> dict | None:
+        """At a clean stop: each part writes its view into :attr:`folder` (:func:`part_file`); what the API's view
+        file keeps of them (None: there are none, or a part could not write)."""
+        if not self.epoch or self._port is None or self.folder is None:
+            return None
+        try:
+            if not all(self._port.each("write", [(str(part_file(self.folder, q)),) for q in range(self.parts)])):
+                return None
+        except PartLost as exc:
+            self._fail(exc)
+            return None
+        return {"parts": self.parts, "epoch": self.epoch, "kept_from": self._kept, "missed": self.missed_epochs}
+
     def load_state(self, state: dict, undo_of: Callable[[int], dict | None]) -> bool:
-        return False
+        """Take back what :meth:`keep` gave at the last stop: the parts read their files now, or, made later, then
+        (:meth:`replace`; until then reads answer that the graph comes with the pipeline)."""
+        if self.folder is None or not {"parts", "epoch", "kept_from", "missed"} <= state.keys():
+            return False
+        with self._lock:
+            self.epoch, self._kept, self.missed_epochs = state["epoch"], state["kept_from"], state["missed"]
+            port = self._port
+            self.pending = None if port is not None else dict(state)
+        if port is not None:
+            self._take_back(port, state)
+        return True
+
+    def _take_back(self, port: PartsPort, kept: dict) -> None:
+        """Each part reads its file of ``kept``; what they took back, or nothing if any did not (a view split another
+        way, a file missing or damaged): then the pipeline publishes the graph whole."""
+        assert self.folder is not None  # kept only where there is a folder
+        if kept["parts"] != port.parts:
+            log.warning("graph view kept in %d parts, not %d: not taken back", kept["parts"], port.parts)
+            self.clear()
+            return
+        try:
+            facts = port.each("take_back", [(str(part_file(self.folder, q)), kept["epoch"]) for q in range(port.parts)])
+        except PartLost as exc:
+            self._fail(exc)
+            return
+        if len(set(facts)) != 1 or facts[0][0] != kept["epoch"]:
+            log.warning("graph view parts took back epochs %s, not %d: they start empty", sorted({f[0] for f in facts}), kept["epoch"])
+            self.clear()
+            return
+        self._mirror(facts)
+        log.info("graph view of epoch %d taken back by its %d parts", kept["epoch"], port.parts)
 
     def sizes(self) -> list[tuple[int, int, int]]:
         """Each part's slots, slots holding an edge and bytes held."""

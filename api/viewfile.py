@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulsegraph.api.archive import VIEW_FILE, ArchiveError, ResultArchive, digest_ok, read_mapped, write_mapped
+from pulsegraph.api.graphparts import PartitionedGraph
 
 if TYPE_CHECKING:
     from pulsegraph.api.store import ResultStore
@@ -61,8 +62,8 @@ def save_view(store: ResultStore, archive: ResultArchive) -> bool:
     epoch = store.graph.epoch
     try:
         began = time.monotonic()
-        # None: a partitioned view (pulsegraph.api.graphparts), which is its parts'; none of it is here to keep.
-        graph = store.graph.state()
+        # A partitioned view's parts write their own files beside this one (pulsegraph.api.graphparts).
+        graph = store.graph.keep() if isinstance(store.graph, PartitionedGraph) else store.graph.state()
         if not epoch or epoch != store.latest_epoch or archive.latest != epoch or graph is None:
             path.unlink(missing_ok=True)
             return False

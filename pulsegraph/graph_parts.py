@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -23,6 +24,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from pulsegraph.api.graphparts import GraphPart, PartitionedGraph, PartLost
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
 from pulsegraph.compute.partition_actor import process_memory
+from pulsegraph.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +116,19 @@ def spawn_graph_parts(parts: int, retain: int, log_level: str = "INFO") -> RayGr
 class GraphParts:
     """The service's graph view parts: made at the first launch, made again at a relaunch where one died."""
 
-    def __init__(self, parts: int, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
+    def __init__(self, parts: int, folder: Path, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
+        """``folder``: where a clean stop's parts keep their files (the result archive's)."""
         self._parts, self._retain, self._log_level = parts, retain, log_level
         # A lost part asks for a relaunch, on a thread of its own (it is found by the feed's thread or a request's,
         # and a relaunch waits for neither): new parts take the relaunched pipeline's first epoch, which is whole.
         self.graph = PartitionedGraph(None, on_lost=lambda why: threading.Thread(
-            target=relaunch, args=(why,), name="graph-part-lost", daemon=True).start())
+            target=relaunch, args=(why,), name="graph-part-lost", daemon=True).start(), folder=folder)
+
+    @classmethod
+    def of(cls, settings: Settings, folder: Path, relaunch: Callable[[str], None]) -> GraphParts | None:
+        """The service's parts with ``--compute-partitions`` above 1; None (the API keeps the view) with one."""
+        s = settings
+        return cls(s.compute_partitions, folder, s.retain_epochs, s.log_level, relaunch) if s.compute_partitions > 1 else None
 
     def ensure(self) -> None:
         """Parts that all answer: the ones there are, or new ones (the view is whole again with the next whole epoch)."""
@@ -130,9 +139,8 @@ class GraphParts:
             port.close()
             log.warning("graph view: a part is gone; %d new parts take the relaunched pipeline's first epoch", self._parts)
         t0 = time.monotonic()
-        fresh = spawn_graph_parts(self._parts, self._retain, self._log_level)
-        self.graph.replace(fresh)
-        log.info("graph view over %d part actors (%.1f s)", self._parts, time.monotonic() - t0)
+        self.graph.replace(spawn_graph_parts(self._parts, self._retain, self._log_level))
+        log.info("graph view over %d part actors at epoch %d (%.1f s)", self._parts, self.graph.epoch, time.monotonic() - t0)
 
     def close(self) -> None:
         port = self.graph.port

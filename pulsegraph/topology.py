@@ -84,7 +84,7 @@ class Pipeline:
         given_out = self.archive.latest
         s = self.settings
         # With compute partitions the graph view is in actors of its own (pulsegraph.graph_parts), not in this process.
-        self.graph_parts = GraphParts(s.compute_partitions, s.retain_epochs, s.log_level, self._relaunch) if s.compute_partitions > 1 else None
+        self.graph_parts = GraphParts.of(s, self.archive.root, self._relaunch)
         self.store = ResultStore(s.retain_epochs, self.archive, None if self.graph_parts is None else self.graph_parts.graph)
         # The alert rules live in the data folder (an unreadable file stops the start, naming what to do).
         self.alerts = AlertBook(self.store, self.settings.data_dir / RULES_FILE, floor=given_out)
@@ -160,7 +160,7 @@ class Pipeline:
         elif (taken := self.archive.take_back()) is not None:
             self.store.take_back(*taken)
             # The graph view the last clean stop kept, read back once the API serves (pulsegraph.api.viewfile).
-            self.store.view_reader = ViewReader.open(self.store, self.archive) if self.graph_parts is None else None
+            self.store.view_reader = ViewReader.open(self.store, self.archive)
             # Their digests are read meanwhile (seconds for gigabytes); the pipeline's first epoch waits for it.
             threading.Thread(
                 target=self.archive.verify_taken, args=(self.store.drop_taken,), name="archive-verify", daemon=True,

@@ -155,3 +155,47 @@ def test_every_graph_route_answers_the_same_bytes_with_three_parts(tmp_path, bud
         assert a.get("/v1/vertices/v7/neighbors?epoch=1").json()["error"]["code"] == "epoch_not_found"
         if not landmarks and budget > 7:  # the paths compared are not all "none found"
             assert any(a.get(f"/v1/paths?src=v{k}&dst=v{k + 1}").json()["distance"] for k in range(40))
+
+
+def _kept_view(tmp_path, parts: int = 3):
+    """A whole view and a partitioned one of the same epochs, the latter kept as a clean stop keeps it."""
+    whole, parted = GraphHistory(retain=6), PartitionedGraph(LocalParts(parts, retain=6), folder=tmp_path)
+    for e, (changed, _) in enumerate(random_epochs(12, seed=8, vertices=VERTICES), start=1):
+        for g in (whole, parted):
+            g.apply(e, as_changes(changed), False, e - 1 if e % 5 == 0 else None)
+    kept = parted.keep()
+    assert kept is not None and sorted(p.name for p in tmp_path.iterdir()) == [f"view-part-{q}.res" for q in range(parts)]
+    return whole, kept
+
+
+@pytest.mark.parametrize("parts_first", [True, False], ids=["parts made first", "view read first"])
+def test_a_clean_stop_s_parts_are_taken_back_with_their_history(tmp_path, parts_first):
+    """The next start's parts read their files (with their undo records: every retained epoch answers) whether
+    they are made before the view file is read or after it; each file is read once."""
+    whole, kept = _kept_view(tmp_path)
+    again = PartitionedGraph(None, folder=tmp_path)
+    if parts_first:
+        again.replace(LocalParts(3, retain=6))
+    assert again.load_state(kept, lambda e: None)
+    assert (again.epoch, again.kept_from) == (whole.epoch, whole.kept_from)
+    if not parts_first:
+        with pytest.raises(NotFound):  # no part yet: the graph comes with them
+            again.neighbors(0, "out", whole.epoch)
+        again.replace(LocalParts(3, retain=6))
+    check_alike(whole, again)
+    assert not list(tmp_path.iterdir())
+
+
+def test_parts_that_cannot_take_the_view_back_start_empty(tmp_path):
+    whole, kept = _kept_view(tmp_path)
+    other = PartitionedGraph(LocalParts(2, retain=6), folder=tmp_path)
+    assert other.load_state(kept, lambda e: None) and other.epoch == 0  # split three ways, not two
+    _, kept = _kept_view(tmp_path)
+    data = bytearray((tmp_path / "view-part-1.res").read_bytes())
+    data[-40] ^= 1
+    (tmp_path / "view-part-1.res").write_bytes(bytes(data))
+    damaged = PartitionedGraph(LocalParts(3, retain=6), folder=tmp_path)
+    assert damaged.load_state(kept, lambda e: None) and damaged.epoch == 0
+    with pytest.raises(NotFound):
+        damaged.require(whole.epoch)
+    assert PartitionedGraph(LocalParts(3), folder=None).keep() is None

@@ -350,8 +350,7 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
     p = Pipeline(again).start()
     try:
         first = p.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result
-        # With partitions the API's graph view is in actors that a stop does not keep: the stage publishes it whole.
-        assert first.full_changes == (partitions > 1) and p.store.graph.missed_epochs == 0
+        assert not first.full_changes and p.store.graph.missed_epochs == 0
         p.wait_for_epoch(lambda v: v.result.epoch > stopped + 3, timeout=60)
         ray.kill(p.compute, no_restart=True)
         view = p.wait_for_epoch(lambda v: relaunched(p, 1) and v.result.vector.get("file:0") == len(lines), timeout=120)
