@@ -52,6 +52,9 @@ class GraphPartActor:
             self._trimmer.maybe_trim()
         return out
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     def memory(self) -> dict[str, int]:
         """This worker's resident set and peak, and the bytes its part of the view holds."""
         self._trimmer.maybe_trim()
