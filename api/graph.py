@@ -144,6 +144,8 @@ class Neighbor:
 class GraphHistory:
     """The graph as of the newest applied epoch, plus undo records for the retained ones."""
 
+    remote = False  # a read is a lookup here (pulsegraph.api.graphparts: a call to another process)
+
     def __init__(self, retain: int = 120) -> None:
         self.retain = retain
         self._lock = ReadWriteLock()  # written by the feed thread only; read from the loop and worker threads

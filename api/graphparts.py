@@ -15,11 +15,13 @@ and a mirror of what every part answers alike (the newest epoch applied, the old
 missed), so that an epoch the parts do not keep is refused without a call. Reaching the parts is the
 port's (:class:`PartsPort`); this module knows nothing of Ray.
 
-What the parts do not do that the whole view does: their undo records stay in their own memory (20 bytes
-per change within the retention, spread over the parts), not in the epochs' archive files; and a clean stop
-keeps no view file of them (:mod:`pulsegraph.api.viewfile`), so after a restart the graph routes answer from
-the pipeline's first epoch on, as after a crash. A part that dies takes the whole view with it: reads
-answer 503 until the pipeline's relaunch (``on_lost``) brings new parts the whole graph.
+Where the parts differ from the whole view: their undo records stay in their own memory (20 bytes per change
+within the retention, spread over the parts), not in the epochs' archive files; so at a clean stop each part
+writes its view with its undo records into a file of its own (:meth:`GraphPart.write`, :func:`part_file`,
+beside the API's view file, :mod:`pulsegraph.api.viewfile`, which then keeps only what :meth:`PartitionedGraph.keep`
+says of them), and the next start's parts read theirs back once they are made (:meth:`PartitionedGraph.load_state`),
+seconds after the API serves rather than at once. A part that dies takes the whole view with it: reads answer 503
+until the pipeline's relaunch (``on_lost``) brings new parts the whole graph.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class GraphPart:
         return self.facts()
 
     def write(self, path: str) -> bool:
-        """This part's view as of its newest epoch and its undo records as file ``path``, for :meth:`read` at the next
+        """This part's view as of its newest epoch and its undo records as file ``path``, for :meth:`take_back` at the next
         start (the whole view's undo records are in the epochs' archive files; a part's are its own). Whether written."""
         g = self.graph
         state = g.state()
@@ -166,6 +168,8 @@ class PartitionedGraph:
     """The graph view over a :class:`PartsPort`: :class:`~pulsegraph.api.graph.GraphHistory`'s reads and writes.
     Written by the feed thread only; read from worker threads (never on the event loop: a read is a call)."""
 
+    remote = True  # so a neighbors answer is kept (pulsegraph.api.hubs), and served again from the event loop
+
     def __init__(self, port: PartsPort | None, on_lost: Callable[[str], None] | None = None, folder: Path | None = None) -> None:
         """``folder``: where a clean stop's parts keep their views (:meth:`keep`; None: nowhere)."""
         self._port = port  # None until the wiring gives it parts (:meth:`replace`): nothing is kept yet
@@ -205,7 +209,7 @@ class PartitionedGraph:
         with self._lock:
             kept, self.pending, self._port = self.pending, None, port
             if kept is None:
-                self.epoch, self._kept = 0, 0
+                self.epoch, self._kept, self.missed_epochs = 0, 0, 0
         if kept is not None:
             self._take_back(port, kept)
 
@@ -258,8 +262,8 @@ class PartitionedGraph:
         at = self.epoch if epoch is None else epoch
         self.require(at)
         port = self._port
-        if port is None:  # replaced meanwhile by no parts: nothing kept
-            require_kept(at, 0, 0)
+        if port is None:  # a clean stop's view taken back (its epochs mirrored), its parts not made yet
+            require_kept(at, 0, 0)  # raises: the graph comes with them
             return []
         owners = [v % self.parts for v in vertices]
         calls = {p: ("neighbors_many", ([v for v, o in zip(vertices, owners) if o == p], direction, at)) for p in set(owners)}

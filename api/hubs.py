@@ -31,8 +31,9 @@ class HubEdges:
     """The heaviest edges read for the neighbors of a vertex of many edges (a hub: a popular hashtag's
     taggers, a busy user's mentions), by (epoch, vertex id, direction, type, limit). A retained epoch's
     edges never change, reading a hub's is O(degree) (~30 ms at 462 k edges), and dashboards poll the same
-    hubs; so the selection is kept, the least recently read dropped first past ``size``. Ids, not names:
-    a read names them as the route does, with the names of now."""
+    hubs; so the selection is kept, the least recently read dropped first past ``size``. Where the graph view is
+    split over parts (:mod:`pulsegraph.api.graphparts`), every vertex's is kept: each read is a call to a part, and a
+    kept answer is served from the event loop. Ids, not names: a read names them as the route does, with the names of now."""
 
     def __init__(self, size: int = HUB_ANSWERS) -> None:
         self.size = size

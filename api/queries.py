@@ -170,7 +170,8 @@ def neighbors(store: ResultStore, name: str, direction: str, type: str | None, l
             keep = et == (store.types.index(type) if type in store.types else -1)
             other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
         order = heaviest(other, mult, weight, limit)
-        return (other[order], et[order], mult[order], weight[order]), degree > HUB_EDGES
+        # Kept: a hub's (reading it is O(degree)), and any vertex's where each read is a call to a part of the view.
+        return (other[order], et[order], mult[order], weight[order]), degree > HUB_EDGES or store.graph.remote
 
     if most is None:  # the route, on a worker thread: it may wait for another thread's read of the same answer
         picked = store.hubs.once(key, lambda: pick(store.graph.neighbors(i, direction, view.result.epoch)))
