@@ -150,6 +150,13 @@ def part_file(folder: Path, q: int) -> Path:
     return Path(folder) / f"view-part-{q}.res"
 
 
+def drop_part_files(folder: Path) -> None:
+    """Remove every part's file from ``folder``: a view split any way that is not to be taken back (files of
+    gigabytes a later start would not read)."""
+    for path in Path(folder).glob("view-part-*.res"):
+        path.unlink(missing_ok=True)
+
+
 def rows_of(ch: EdgeChanges, parts: int) -> list[EdgeChanges]:
     """``ch`` split by owner: part ``i`` gets the rows with an end ``i`` owns (a row whose ends two parts own
     goes to both), in their order."""
@@ -227,8 +234,12 @@ class PartitionedGraph:
         self._each("forget_before", [(epoch,)] * self.parts)
 
     def clear(self) -> None:
+        """Forget everything (the view taken back was not the history the pipeline recovered, or its parts could
+        not take it back): the parts start empty, and the files of a clean stop's view go."""
         with self._lock:
             self.pending, self.epoch, self._kept = None, 0, 0
+        if self.folder is not None:
+            drop_part_files(self.folder)
         self._each("clear", [()] * self.parts)
 
     def _each(self, op: str, args: list[tuple]) -> bool:

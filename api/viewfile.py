@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pulsegraph.api.archive import VIEW_FILE, ArchiveError, ResultArchive, digest_ok, read_mapped, write_mapped
-from pulsegraph.api.graphparts import PartitionedGraph
+from pulsegraph.api.graphparts import PartitionedGraph, drop_part_files
 
 if TYPE_CHECKING:
     from pulsegraph.api.store import ResultStore
@@ -60,20 +60,23 @@ def save_view(store: ResultStore, archive: ResultArchive) -> bool:
     if reader is not None:
         reader.settle(None)  # a read under way ends first
     epoch = store.graph.epoch
+    began = time.monotonic()
     try:
-        began = time.monotonic()
-        # A partitioned view's parts write their own files beside this one (pulsegraph.api.graphparts).
-        graph = store.graph.keep() if isinstance(store.graph, PartitionedGraph) else store.graph.state()
-        if not epoch or epoch != store.latest_epoch or archive.latest != epoch or graph is None:
-            path.unlink(missing_ok=True)
-            return False
-        state = {
-            "epoch": epoch, "vector": dict(store.get(epoch).result.vector), "graph": graph,
-            "histories": {f"{app}.{field}": h.state() for (app, field), h in store.histories().items()},
-        }
-        write_mapped(path, state)
+        graph = None
+        if epoch and epoch == store.latest_epoch and archive.latest == epoch:
+            # A partitioned view's parts write their own files beside this one (pulsegraph.api.graphparts).
+            graph = store.graph.keep() if isinstance(store.graph, PartitionedGraph) else store.graph.state()
+        if graph is not None:
+            write_mapped(path, {
+                "epoch": epoch, "vector": dict(store.get(epoch).result.vector), "graph": graph,
+                "histories": {f"{app}.{field}": h.state() for (app, field), h in store.histories().items()},
+            })
     except OSError as exc:
         log.error("the API's graph view not kept for the next start (%s); it will take the graph from the pipeline", exc)
+        graph = None
+    if graph is None:
+        path.unlink(missing_ok=True)
+        drop_part_files(path.parent)  # a part's file is read only beside the view file that names it
         return False
     log.info("the API's graph view of epoch %d (%d edge slots) kept for the next start in %.1f s",
              epoch, store.graph.slots, time.monotonic() - began)

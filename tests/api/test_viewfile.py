@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from pulsegraph.api.app import create_app
 from pulsegraph.api.archive import VIEW_FILE, ResultArchive
 from pulsegraph.api.store import ResultStore
+from pulsegraph.api.graphparts import LocalParts, PartitionedGraph
 from pulsegraph.api.viewfile import ViewReader, save_view
 from pulsegraph.compute.apps.components import ComponentsResult
 from pulsegraph.compute.apps.landmarks import LandmarksResult
@@ -60,23 +61,35 @@ class History:
         )
 
 
-def served(tmp_path, history: History, epochs: range) -> ResultStore:
-    store = ResultStore(retain=100, archive=ResultArchive(tmp_path / "results", 100))
+def view_of(tmp_path, parts: int, made: bool = True) -> PartitionedGraph | None:
+    """None: the API keeps the view (one partition); else the view in ``parts`` parts (in this process), ``made``
+    at once or later (:meth:`PartitionedGraph.replace`), as the service makes them once Ray is up."""
+    if parts == 1:
+        return None
+    return PartitionedGraph(LocalParts(parts, retain=100) if made else None, folder=tmp_path / "results")
+
+
+def served(tmp_path, history: History, epochs: range, parts: int = 1) -> ResultStore:
+    store = ResultStore(retain=100, archive=ResultArchive(tmp_path / "results", 100), graph=view_of(tmp_path, parts))
     for e in epochs:
         store.add([history.result(e, full=e == epochs[0])], NameChanges(0, NAMES) if e == epochs[0] else None)
     return store
 
 
-def restarted(tmp_path) -> tuple[ResultArchive, ResultStore, ViewReader | None]:
-    """As the service opens its data folder and serves: the epochs taken back, the view read back."""
+def restarted(tmp_path, parts: int = 1) -> tuple[ResultArchive, ResultStore, ViewReader | None]:
+    """As the service opens its data folder and serves: the epochs taken back, the view read back (and with
+    ``parts`` above 1, the parts made after it, which read theirs then)."""
     archive = ResultArchive(tmp_path / "results", 100)
-    store = ResultStore(retain=100, archive=archive)
+    graph = view_of(tmp_path, parts, made=False)
+    store = ResultStore(retain=100, archive=archive, graph=graph)
     store.take_back(*archive.take_back())
     archive.verify_taken(store.drop_taken)
     reader = store.view_reader = ViewReader.open(store, archive)
     store.serving()
     if reader is not None:
         reader.settle(None)  # waits for the read
+    if graph is not None:
+        graph.replace(LocalParts(parts, retain=100))
     return archive, store, reader
 
 
@@ -94,13 +107,14 @@ def graph_of(store: ResultStore, epoch: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_clean_stops_view_answers_every_retained_epoch_after_a_restart_and_the_first_epoch_goes_on_from_it(tmp_path, seed):
+@pytest.mark.parametrize(("seed", "parts"), [(1, 1), (2, 1), (3, 1), (1, 3), (2, 2)])
+def test_a_clean_stops_view_answers_every_retained_epoch_after_a_restart_and_the_first_epoch_goes_on_from_it(tmp_path, seed, parts):
     history = History(seed)
-    before = served(tmp_path, history, range(1, 13))
+    before = served(tmp_path, history, range(1, 13), parts)
     assert save_view(before, before.archive)
-    archive, store, reader = restarted(tmp_path)
-    assert reader is not None and reader.taken and not (tmp_path / "results" / VIEW_FILE).exists(), "read once"
+    archive, store, reader = restarted(tmp_path, parts)
+    assert reader is not None and reader.taken and not list((tmp_path / "results").glob("view*.res")), "read once"
+    assert store.graph.epoch == 12 and store.graph.kept_from == 1
     for e in range(1, 13):
         assert graph_of(store, e) == graph_of(before, e), e
     # The restored pipeline's first epoch is the whole graph: only what differs is written, and undone.
@@ -108,17 +122,19 @@ def test_a_clean_stops_view_answers_every_retained_epoch_after_a_restart_and_the
     same = copy.deepcopy(first)  # the store takes the changes out of the result it keeps
     store.add([first], NameChanges(0, NAMES), settle=archive.confirm(first))
     before.add([same], None)
-    undo = store.graph.undo_record(13)
-    assert undo is not None and len(undo["slots"]) <= 2 * 24, "the edges that differ, not the whole graph"
+    members = [store.graph] if parts == 1 else store.graph.port.members
+    changed = sum(len(m.undo_record(13)["slots"]) if parts == 1 else len(m.graph.undo_record(13)["slots"]) for m in members)
+    assert changed <= 2 * 24 * min(parts, 2), "the edges that differ (an edge across two parts in both), not the whole graph"
     for e in range(1, 14):
         assert graph_of(store, e) == graph_of(before, e), e
 
 
-def test_the_graph_routes_answer_from_the_view_before_the_pipelines_first_epoch(tmp_path):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_the_graph_routes_answer_from_the_view_before_the_pipelines_first_epoch(tmp_path, parts):
     history = History(7)
-    before = served(tmp_path, history, range(1, 6))
+    before = served(tmp_path, history, range(1, 6), parts)
     save_view(before, before.archive)
-    _, store, _ = restarted(tmp_path)
+    _, store, _ = restarted(tmp_path, parts)
     with TestClient(create_app(store)) as client, TestClient(create_app(before)) as reference:
         for path in ("/v1/vertices/v3/neighbors", "/v1/vertices/v3/neighbors?direction=in&epoch=2",
                      "/v1/vertices/v5?epoch=3", "/v1/paths?src=v1&dst=v9&epoch=4"):
@@ -128,15 +144,16 @@ def test_the_graph_routes_answer_from_the_view_before_the_pipelines_first_epoch(
         assert client.get("/v1/vertices/v5?epoch=3").json()["component"] is not None
 
 
-def test_a_view_older_than_the_newest_epoch_a_crash_left_is_not_taken_back(tmp_path, caplog):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_view_older_than_the_newest_epoch_a_crash_left_is_not_taken_back(tmp_path, caplog, parts):
     history = History(4)
-    store = served(tmp_path, history, range(1, 6))
+    store = served(tmp_path, history, range(1, 6), parts)
     save_view(store, store.archive)
     store.add([history.result(6)], None)  # the service ran on after the file was written, then crashed
     with caplog.at_level(logging.WARNING):
-        _, store, reader = restarted(tmp_path)
+        _, store, reader = restarted(tmp_path, parts)
     assert reader is not None and not reader.taken and "the view of epoch 5, the newest epoch taken back is 6" in caplog.text
-    assert store.graph.epoch == 0 and not (tmp_path / "results" / VIEW_FILE).exists()
+    assert store.graph.epoch == 0 and not list((tmp_path / "results").glob("view*.res")), "the parts' files go too"
 
 
 def test_a_view_with_a_flipped_byte_is_not_taken_back(tmp_path, caplog):
@@ -152,24 +169,24 @@ def test_a_view_with_a_flipped_byte_is_not_taken_back(tmp_path, caplog):
     assert reader is not None and not reader.taken and "checksum mismatch" in caplog.text and store.graph.epoch == 0
 
 
-@pytest.mark.parametrize("began", [1, 6])
-def test_the_epochs_the_pipeline_cuts_again_from_its_checkpoint_keep_the_view_and_the_arrays_go_back(tmp_path, began):
+@pytest.mark.parametrize(("began", "parts"), [(1, 1), (6, 1), (1, 2), (6, 3)])
+def test_the_epochs_the_pipeline_cuts_again_from_its_checkpoint_keep_the_view_and_the_arrays_go_back(tmp_path, began, parts):
     """The usual restart: the checkpoint (5) is older than the stop (8), epochs 6.. are published again. The graph is
     the view's; the arrays go back to 5, or, for a view that began at 6 (the service had restarted after a crash at
     5, without a view), begin again with the pipeline's."""
     history = History(6)
-    before = served(tmp_path, history, range(1, 6))
+    before = served(tmp_path, history, range(1, 6), parts)
     at_checkpoint = copy.deepcopy(history)  # epochs 6.. are cut again: the same graph, other landmarks
     if began == 6:
         (tmp_path / "results" / VIEW_FILE).unlink(missing_ok=True)
-        archive, before, _ = restarted(tmp_path)
+        archive, before, _ = restarted(tmp_path, parts)
         six = history.result(6, full=True)
         before.add([six], NameChanges(0, NAMES), settle=archive.confirm(six))
     for e in range(7 if began == 6 else 6, 9):
         before.add([history.result(e)], None)
     assert save_view(before, before.archive)
     before.archive = None  # the reference from here on: the restarted service alone writes the folder
-    archive, store, reader = restarted(tmp_path)
+    archive, store, reader = restarted(tmp_path, parts)
     assert reader is not None and reader.taken and store.graph.epoch == 8 and store.graph.kept_from == began
     first = at_checkpoint.result(6, full=True)
     again = [first] + [at_checkpoint.result(e) for e in (7, 8, 9)]
@@ -192,17 +209,18 @@ def test_the_epochs_the_pipeline_cuts_again_from_its_checkpoint_keep_the_view_an
     # The epochs published again were archived with the view's undo records: the next clean stop's view is taken
     # back in turn.
     assert save_view(store, archive)
-    _, again_store, reader = restarted(tmp_path)
+    _, again_store, reader = restarted(tmp_path, parts)
     assert reader is not None and reader.taken
     for e in range(began, 10):
         assert graph_of(again_store, e) == graph_of(store, e), e
 
 
-def test_the_view_is_dropped_when_the_pipeline_recovered_another_history(tmp_path):
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_view_is_dropped_when_the_pipeline_recovered_another_history(tmp_path, parts):
     history = History(8)
-    before = served(tmp_path, history, range(1, 9))
+    before = served(tmp_path, history, range(1, 9), parts)
     save_view(before, before.archive)
-    archive, store, reader = restarted(tmp_path)
+    archive, store, reader = restarted(tmp_path, parts)
     assert reader is not None and reader.taken and store.graph.epoch == 8
     first = History(99).result(3, full=True, vector=7)
     settle = archive.confirm(first)
