@@ -11,12 +11,15 @@ every partition actor it made must be gone once the service stops.
 
 from __future__ import annotations
 
+import time
+
 import networkx as nx
 import numpy as np
 import pytest
 import ray
 from ray.exceptions import RayActorError
 
+from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.graph import GraphHistory
 from pulsegraph.cli import main
 from pulsegraph.compute.stage import StageConfig
@@ -125,3 +128,43 @@ def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_sa
     order = list(names)
     exact = nx.pagerank(live_digraph(graph), alpha=0.85, tol=1e-14, max_iter=10_000)
     assert np.abs(ranks_by_name(two, names, order) - np.array([exact[n] for n in order])).sum() <= two.error_bounds["pagerank"]
+
+
+def test_a_restart_s_new_graph_view_parts_take_the_clean_stop_s_view_back(ray_cluster, tmp_path):
+    """As the service restarts: the API serves (the view file is read) before the pipeline starts on its own thread;
+    the parts made then read their files back beside the rest of the launch, and answer the stopped service's
+    graph, edge for edge, as of its newest epoch; the compute stage goes on from it without a whole epoch."""
+    lines = edge_lines(1200, seed=9)
+    path = tmp_path / "events.jsonl"
+    write(path, lines)
+    settings = Settings(source="file", path=path, data_dir=tmp_path / "data", epoch_interval="50ms", checkpoint_every=3,
+                        shards=2, batch_size=60, compute_partitions=2)
+    p = Pipeline(settings).start()
+    try:
+        p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
+    finally:
+        p.stop()
+    assert sorted(f.name for f in (tmp_path / "data" / "results").glob("view*.res")) == [
+        "view-part-0.res", "view-part-1.res", "view.res"]
+    again = Pipeline(settings)
+    again.open()
+    again.store.serving()
+    again.start_in_background()
+    try:
+        stopped = again.store.latest_epoch
+        assert stopped == p.store.latest_epoch, "the archived epochs are served from the start"
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                got = api_edges(again, stopped)
+                break
+            except NotFound:  # the parts are not up yet
+                assert time.monotonic() < deadline, "the parts never took the view back"
+                time.sleep(0.1)
+        want = reference({"file:0": list(enumerate(lines))}, dict(again.store.get(stopped).result.vector), "edges")
+        assert got == {k: v for k, v in want["edges"].items() if v[0] > 0}
+        assert not list((tmp_path / "data" / "results").glob("view*.res")), "each file is read once"
+        first = again.wait_for_epoch(lambda v: v.result.epoch > stopped, timeout=60).result
+        assert not first.full_changes and again.store.graph.missed_epochs == 0
+    finally:
+        again.stop()
