@@ -59,7 +59,9 @@ from pulsegraph.snapshots.growable import Column
 
 log = logging.getLogger(__name__)
 
-# A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge, by (other end, type).
+# A vertex's edges one way: (other end, type, multiplicity, weight), one entry per live edge. Out-edges come by
+# (other end, type); in-edges by slot, where an edge happened to land (parts of a partitioned view number theirs
+# apart): a reader whose answer depends on the order orders them itself (api.queries.heaviest).
 Edges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # The per-slot columns (GraphHistory.state).
 _COLUMNS = ("src", "dst", "etype", "mult", "weight", "changed")
@@ -430,9 +432,6 @@ class GraphHistory:
         else:
             keys, _ = index.range(lo, hi)
             cand = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            # In the edge key's order, as the out-edges are, not the slots': a slot is where an edge happened to
-            # land, and a partitioned view's parts number theirs apart (pulsegraph.api.graphparts).
-            cand = cand[np.lexsort((self.etype.view[cand], self.src.view[cand]))]
         mult = self.mult.view[cand].astype(np.int64)  # undo records may be wider than the column
         weight = self.weight.view[cand].copy()
         if epoch is not None and epoch < self.epoch:

@@ -6,8 +6,10 @@ With one partition the API keeps its graph view itself (:class:`~pulsegraph.api.
 ``v % P``, as the compute partitions own the ranking's rows), as Ray actors spread over the nodes
 (:mod:`pulsegraph.graph_parts`). An edge whose ends two parts own is kept by both: a vertex's edges
 either way, as of any retained epoch, are all on its owner, so a neighbors read is one call to one part, and
-the answer is what one ``GraphHistory`` of the whole graph gives, byte for byte (every part applies every
-epoch, so their epochs, undo records and retention are the same).
+the answer holds the edges one ``GraphHistory`` of the whole graph gives (every part applies every epoch, so
+their epochs, undo records and retention are the same); in-edges may come in another order (each part numbers
+its slots), and the routes answer the same bytes (:func:`~pulsegraph.api.queries.heaviest` orders what it picks
+totally; a path search's result does not depend on the order).
 
 Owns the routing only: each epoch's edge changes split by owner (:func:`rows_of`), a read sent to the
 vertex's owner, a search's frontier to its owners in one round (:meth:`PartitionedGraph.neighbors_many`),

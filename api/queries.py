@@ -140,9 +140,9 @@ def history(store: ResultStore, name: str, algo: str, limit: int) -> dict:
 HUB_EDGES = 16_384
 
 
-def heaviest(other: np.ndarray, mult: np.ndarray, weight: np.ndarray, k: int) -> np.ndarray:
+def heaviest(other: np.ndarray, mult: np.ndarray, weight: np.ndarray, k: int, etype: np.ndarray) -> np.ndarray:
     """Positions of the ``k`` heaviest edges, heaviest first: by weight, then multiplicity (both descending),
-    then the other end's id. A partition by weight, then a sort of only the edges at or above the k-th
+    then the other end's id, then the type (a total order: the answer does not depend on the order the edges came in). A partition by weight, then a sort of only the edges at or above the k-th
     weight: a sort of every edge of a vertex of 12,621 took 1.2 ms, this 0.2 (distinct weights; ties at the
     k-th weight all go into the sort)."""
     if len(weight) > k:
@@ -150,7 +150,7 @@ def heaviest(other: np.ndarray, mult: np.ndarray, weight: np.ndarray, k: int) ->
         cand = np.flatnonzero(weight >= kth)
     else:
         cand = np.arange(len(weight))
-    return cand[np.lexsort((other[cand], -mult[cand], -weight[cand]))][:k]
+    return cand[np.lexsort((etype[cand], other[cand], -mult[cand], -weight[cand]))][:k]
 
 
 def neighbors(store: ResultStore, name: str, direction: str, type: str | None, limit: int, epoch: int | None,
@@ -169,7 +169,7 @@ def neighbors(store: ResultStore, name: str, direction: str, type: str | None, l
         if type is not None:
             keep = et == (store.types.index(type) if type in store.types else -1)
             other, et, mult, weight = other[keep], et[keep], mult[keep], weight[keep]
-        order = heaviest(other, mult, weight, limit)
+        order = heaviest(other, mult, weight, limit, et)
         # Kept: a hub's (reading it is O(degree)), and any vertex's where each read is a call to a part of the view.
         return (other[order], et[order], mult[order], weight[order]), degree > HUB_EDGES or store.graph.remote
 
