@@ -60,6 +60,15 @@ def process_memory() -> dict[str, int]:
     return out
 
 
+def kill_quietly(actors: Sequence[Any]) -> None:
+    """Kill each of ``actors``, those already gone included (Ray's kill is asynchronous: they die soon after)."""
+    for a in actors:
+        try:
+            ray.kill(a, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
 @ray.remote
 class RankPartitionActor:
     """One compute partition in a Ray worker: the calls of :data:`RankPartition.OPS`, reached by name."""
@@ -200,11 +209,7 @@ class RayPartitions:
     def close(self) -> None:
         """Kill the partition actors (what a restart needs of them, a clean stop's checkpoint has: :meth:`write`;
         after any other stop the ranking is rebuilt from the graph's first whole epoch)."""
-        for a in self.actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        kill_quietly(self.actors)
         self.actors = []
 
 

@@ -23,7 +23,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from pulsegraph.api.graphparts import GraphPart, PartitionedGraph, PartLost
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
-from pulsegraph.compute.partition_actor import process_memory
+from pulsegraph.compute.partition_actor import kill_quietly, process_memory
 from pulsegraph.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,7 @@ class RayGraphParts:
         return self._get([a.memory.remote() for a in self.actors])
 
     def close(self) -> None:
-        for a in self.actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        kill_quietly(self.actors)
         self.actors = []
 
 
