@@ -219,7 +219,9 @@ class Settings(BaseSettings):
     compute_partitions: int = Field(
         1,
         description="ranking partitions: with more than 1, PageRank and TunkRank are solved over this many Ray actors, spread "
-        f"over the cluster's nodes, each holding the ranked rows and vectors of the vertices it owns (1 to {MAX_COMPUTE_PARTITIONS}; "
+        "over the cluster's nodes, each holding the ranked rows and vectors of the vertices it owns; the applications then run "
+        "in an actor of their own, and the API's graph view is split over this many more actors "
+        f"(1 to {MAX_COMPUTE_PARTITIONS}; "
         "default 1: on one machine the partitions' exchange costs more than it spreads, see docs/scaling.md; on a cluster "
         "use the number of nodes)",
     )
