@@ -7,6 +7,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pulsegraph.api.exceptions import NotFound, Unavailable
 from pulsegraph.api.graph import GraphHistory
@@ -39,14 +41,13 @@ def check_alike(whole: GraphHistory, parted: PartitionedGraph) -> None:
         assert why.value.code == "graph_not_retained"
 
 
-@pytest.mark.parametrize("parts", [1, 2, 3])
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_parts_answer_what_the_whole_view_answers(parts, seed):
+def drive(seed: int, parts: int, n_epochs: int, check_every: int, retain: int = 12) -> None:
     """Random epochs (adds, removes, re-adds), now and then a merged one (``since``), a missed one, a whole
-    one and a retention cut: every read as of every kept epoch is the whole view's, array for array."""
+    one and a retention cut, into the whole view and into ``parts`` parts: every read as of every kept epoch
+    holds the same edges (checked every ``check_every`` epochs and after each whole one)."""
     rng = random.Random(seed)
-    epochs = random_epochs(45, seed=seed, vertices=VERTICES)
-    whole, local = GraphHistory(retain=12), LocalParts(parts, retain=12)
+    epochs = random_epochs(n_epochs, seed=seed, vertices=VERTICES)
+    whole, local = GraphHistory(retain=retain), LocalParts(parts, retain=retain)
     parted = PartitionedGraph(local)
     e = 0
     for k, (changed, state) in enumerate(epochs):
@@ -60,9 +61,22 @@ def test_parts_answer_what_the_whole_view_answers(parts, seed):
             cut = e - rng.randrange(1, 8)
             for g in (whole, parted):
                 g.forget_before(cut)
-        if k % 4 == 3 or full:
+        if k % check_every == check_every - 1 or full:
             check_alike(whole, parted)
     assert sum(m.graph.held for m in local.members) >= whole.held  # an edge across two parts is in both
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_parts_answer_what_the_whole_view_answers(parts, seed):
+    drive(seed, parts, n_epochs=45, check_every=4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**20), parts=st.integers(1, 3), n_epochs=st.integers(1, 14), retain=st.integers(1, 6))
+def test_parts_answer_what_the_whole_view_answers_for_any_stream(seed, parts, n_epochs, retain):
+    """The same, for streams and retentions Hypothesis picks (short ones, every epoch checked)."""
+    drive(seed, parts, n_epochs, check_every=1, retain=retain)
 
 
 def test_rows_go_to_each_end_s_owner():
