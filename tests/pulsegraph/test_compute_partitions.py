@@ -4,9 +4,8 @@ The file source runs through real ingest, shard, coordinator and compute actors,
 ``RankPartitionActor`` actors, the API's graph view over two ``GraphPartActor`` actors; one of them (or the
 applications' actor) is killed mid-stream (the pipeline relaunches from the newest checkpoint with new partitions,
 and new graph view parts where one of those died). The run must end in the reference graph (the compute stage's
-and the API's view), with PageRank
-within its published bound of networkx's on that graph and the top ranks of one partition's run, and
-every partition actor it made must be gone once the service stops.
+and the API's view), with PageRank within its published bound of networkx's on that graph and the top ranks of
+one partition's run, and every actor it made must be gone once the service stops.
 """
 
 from __future__ import annotations
@@ -53,10 +52,10 @@ def dead(actor) -> bool:
     return False
 
 
-def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | None = None):
-    """The last result of a run over ``lines``, the compute actor's graph, and every partition and applications'
-    actor made; ``kill``: which of them (an index into the compute actor's list: the partitions, then the
-    applications' actor) is killed as soon as the first epoch is served, mid-stream."""
+def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | str | None = None):
+    """The last result of a run over ``lines``, the compute actor's graph, and every partition, applications' and
+    graph view part actor made; ``kill``: which is killed as soon as the first epoch is served, mid-stream (an index
+    into the compute actor's list: the partitions, then the applications' actor; ``"view"``: a graph view part)."""
     (tmp_path / "in").mkdir(parents=True)
     records = {"file:0": write(tmp_path / "in" / "events.jsonl", lines)}
     p = Pipeline(Settings(
