@@ -336,6 +336,11 @@ class GraphHistory:
                 return None
             return {"slots": u.slots, "mult": u.mult, "weight": u.weight}
 
+    def undo_epochs(self) -> list[int]:
+        """The epochs whose undo records are retained, oldest first."""
+        with self._lock.read():
+            return [u.epoch for u in self._undo]
+
     def map_undo(self, epoch: int, arrays: dict[str, np.ndarray]) -> bool:
         """Read the undo record of ``epoch`` from ``arrays`` from now on: the same values, memory-mapped
         from the archive, so the retained history costs disk, not memory. False (nothing changed) when

@@ -29,6 +29,7 @@ until the pipeline's relaunch (``on_lost``) brings new parts the whole graph.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,8 +55,16 @@ class GraphPart:
 
     OPS = frozenset({"apply", "forget_before", "clear", "neighbors_many", "sizes", "take_back", "write"})  # what a caller may call
 
-    def __init__(self, retain: int = 120) -> None:
+    def __init__(self, retain: int = 120, spill: Path | None = None) -> None:
+        """``spill``: a folder of this part's own where the undo records of all but the newest epoch are written and
+        read back memory-mapped, so that the retained history costs disk, not memory, as the API process's does
+        from the result archive (None: they stay in memory). Emptied now: whatever is there is a former part's."""
         self.graph = GraphHistory(retain)
+        self.spill = None if spill is None else Path(spill)
+        self._spilled: list[int] = []  # epochs whose undo record is a file in ``spill``, oldest first
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
+            self.spill.mkdir(parents=True, exist_ok=True)
 
     def take_back(self, path: str, epoch: int) -> tuple[int, int, int]:
         """Go on from the view a clean stop wrote as ``path`` (:meth:`write`) if it is of ``epoch`` and checks out;
@@ -97,16 +106,44 @@ class GraphPart:
         return g.epoch, g.kept_from, g.missed_epochs
 
     def apply(self, epoch: int, changes: EdgeChanges, full: bool, since: int | None) -> tuple[int, int, int]:
+        newest = self.graph.epoch
         self.graph.apply(epoch, changes, full, since)
+        if self.graph.epoch != newest:
+            self._cool(newest)
         return self.facts()
 
     def forget_before(self, epoch: int) -> tuple[int, int, int]:
         self.graph.forget_before(epoch)
+        self._drop_spilled()
         return self.facts()
 
     def clear(self) -> tuple[int, int, int]:
         self.graph.clear()
+        self._drop_spilled()
         return self.facts()
+
+    def _cool(self, epoch: int) -> None:
+        """Read the undo record of ``epoch``, no longer the newest, from a file of its own from now on (memory-mapped)."""
+        rec = self.graph.undo_record(epoch) if self.spill is not None and epoch else None
+        if self.spill is not None and rec is not None and len(rec["slots"]):
+            path = self.spill / f"epoch-{epoch:012d}.undo"
+            try:
+                write_mapped(path, rec)
+                mapped = read_mapped(path, verify=False)
+            except (OSError, ArchiveError) as exc:
+                log.warning("graph view part: the undo record of epoch %d stays in memory (%s)", epoch, exc)
+            else:
+                if self.graph.map_undo(epoch, mapped):
+                    self._spilled.append(epoch)
+                else:
+                    path.unlink(missing_ok=True)
+        self._drop_spilled()
+
+    def _drop_spilled(self) -> None:
+        """Remove the files of the undo records the view no longer retains (their maps go with the records)."""
+        kept = set(self.graph.undo_epochs())
+        while self._spilled and self._spilled[0] not in kept and self.spill is not None:
+            (self.spill / f"epoch-{self._spilled.pop(0):012d}.undo").unlink(missing_ok=True)
 
     def neighbors_many(self, vertices: list[int], direction: str, epoch: int) -> list[Edges] | None:
         """The edges of ``vertices`` as of ``epoch``; None when this part no longer keeps it (a retention
@@ -136,9 +173,9 @@ class PartsPort(Protocol):
 class LocalParts:
     """:class:`PartsPort` over parts in this process (the tests: the same answers as the actors give)."""
 
-    def __init__(self, parts: int, retain: int = 120) -> None:
+    def __init__(self, parts: int, retain: int = 120, spill: Path | None = None) -> None:
         self.parts = parts
-        self.members = [GraphPart(retain) for _ in range(parts)]
+        self.members = [GraphPart(retain, None if spill is None else Path(spill) / str(q)) for q in range(parts)]
 
     def each(self, op: str, args: Sequence[tuple]) -> list[Any]:
         return [getattr(m, op)(*a) for m, a in zip(self.members, args, strict=True)]

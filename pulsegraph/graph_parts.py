@@ -12,6 +12,7 @@ gives them the graph again. Answering a read takes a call to one actor; the acto
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,9 +39,11 @@ ALIVE_TIMEOUT_S = 10.0
 class GraphPartActor:
     """One :class:`~pulsegraph.api.graphparts.GraphPart` in a Ray worker, its calls reached by name."""
 
-    def __init__(self, *, index: int, parts: int, retain: int, log_level: str = "INFO") -> None:
+    def __init__(self, *, index: int, parts: int, retain: int, log_level: str = "INFO", spill: str | None = None) -> None:
+        """``spill``: the folder whose subfolder ``index`` this part writes its cold undo records to (shared storage on a
+        cluster, as the data folder is)."""
         configure_logging(log_level)
-        self._part = GraphPart(retain)
+        self._part = GraphPart(retain, None if spill is None else Path(spill) / str(index))
         self._trimmer = HeapTrimmer()
         log.info("graph view part %d of %d started", index, parts)
 
@@ -102,11 +105,11 @@ class RayGraphParts:
         self.actors = []
 
 
-def spawn_graph_parts(parts: int, retain: int, log_level: str = "INFO") -> RayGraphParts:
-    """``parts`` new, empty parts, spread over the cluster's nodes (Ray's SPREAD)."""
+def spawn_graph_parts(parts: int, retain: int, log_level: str = "INFO", spill: Path | None = None) -> RayGraphParts:
+    """``parts`` new, empty parts, spread over the cluster's nodes (Ray's SPREAD), their cold undo records under ``spill``."""
     return RayGraphParts([
         GraphPartActor.options(scheduling_strategy="SPREAD").remote(  # type: ignore[attr-defined]
-            index=q, parts=parts, retain=retain, log_level=log_level,
+            index=q, parts=parts, retain=retain, log_level=log_level, spill=None if spill is None else str(spill),
         )
         for q in range(parts)
     ])
@@ -116,8 +119,10 @@ class GraphParts:
     """The service's graph view parts: made at the first launch, made again at a relaunch where one died."""
 
     def __init__(self, parts: int, folder: Path, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
-        """``folder``: where a clean stop's parts keep their files (the result archive's)."""
+        """``folder``: where a clean stop's parts keep their files (the result archive's); the parts' cold undo records
+        are in its ``view-parts`` folder while they run."""
         self._parts, self._retain, self._log_level = parts, retain, log_level
+        self._spill = Path(folder) / "view-parts"
         # A lost part asks for a relaunch, on a thread of its own (it is found by the feed's thread or a request's,
         # and a relaunch waits for neither): new parts take the relaunched pipeline's first epoch, which is whole.
         self.graph = PartitionedGraph(None, on_lost=lambda why: threading.Thread(
@@ -138,10 +143,11 @@ class GraphParts:
             port.close()
             log.warning("graph view: a part is gone; %d new parts take the relaunched pipeline's first epoch", self._parts)
         t0 = time.monotonic()
-        self.graph.replace(spawn_graph_parts(self._parts, self._retain, self._log_level))
+        self.graph.replace(spawn_graph_parts(self._parts, self._retain, self._log_level, self._spill))
         log.info("graph view over %d part actors at epoch %d (%.1f s)", self._parts, self.graph.epoch, time.monotonic() - t0)
 
     def close(self) -> None:
         port = self.graph.port
         if isinstance(port, RayGraphParts):
             port.close()
+        shutil.rmtree(self._spill, ignore_errors=True)  # what a clean stop keeps is in the parts' own files

@@ -4,6 +4,8 @@ epoch, through full epochs, merged ones, retention and a lost part; and every gr
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,11 +45,17 @@ def check_alike(whole: GraphHistory, parted: PartitionedGraph) -> None:
 
 def drive(seed: int, parts: int, n_epochs: int, check_every: int, retain: int = 12) -> None:
     """Random epochs (adds, removes, re-adds), now and then a merged one (``since``), a missed one, a whole
-    one and a retention cut, into the whole view and into ``parts`` parts: every read as of every kept epoch
-    holds the same edges (checked every ``check_every`` epochs and after each whole one)."""
+    one and a retention cut, into the whole view and into ``parts`` parts, which map their cold undo records
+    from files: every read as of every kept epoch holds the same edges (checked every ``check_every`` epochs
+    and after each whole one)."""
+    with tempfile.TemporaryDirectory() as spill:
+        _drive(seed, parts, n_epochs, check_every, retain, Path(spill))
+
+
+def _drive(seed: int, parts: int, n_epochs: int, check_every: int, retain: int, spill: Path) -> None:
     rng = random.Random(seed)
     epochs = random_epochs(n_epochs, seed=seed, vertices=VERTICES)
-    whole, local = GraphHistory(retain=retain), LocalParts(parts, retain=retain)
+    whole, local = GraphHistory(retain=retain), LocalParts(parts, retain=retain, spill=spill)
     parted = PartitionedGraph(local)
     e = 0
     for k, (changed, state) in enumerate(epochs):
@@ -63,7 +71,15 @@ def drive(seed: int, parts: int, n_epochs: int, check_every: int, retain: int = 
                 g.forget_before(cut)
         if k % check_every == check_every - 1 or full:
             check_alike(whole, parted)
+        for q, m in enumerate(local.members):
+            # Every retained record but the newest epoch's is read from its file; no file outlives its record.
+            retained = m.graph.undo_epochs()
+            files = sorted(int(f.stem.split("-")[1]) for f in (spill / str(q)).glob("epoch-*.undo"))
+            assert set(files) <= set(retained[:-1]), (files, retained)
+            assert all(isinstance(m.graph.undo_record(u)["slots"], np.memmap) for u in files)
     assert sum(m.graph.held for m in local.members) >= whole.held  # an edge across two parts is in both
+    if retain >= 4 and n_epochs >= 10:
+        assert all(list((spill / str(q)).glob("epoch-*.undo")) for q in range(parts)), "cold records are read from files"
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
