@@ -17,9 +17,9 @@ and a mirror of what every part answers alike (the newest epoch applied, the old
 missed), so that an epoch the parts do not keep is refused without a call. Reaching the parts is the
 port's (:class:`PartsPort`); this module knows nothing of Ray.
 
-Where the parts differ from the whole view: their undo records stay in their own memory (20 bytes per change
-within the retention, spread over the parts), not in the epochs' archive files; so at a clean stop each part
-writes its view with its undo records into a file of its own (:meth:`GraphPart.write`, :func:`part_file`,
+Where the parts differ from the whole view: their undo records are not in the epochs' archive files (which the
+API process writes) but, all but the newest epoch's, in files of each part's own, memory-mapped (``spill``); so at
+a clean stop each part writes its view with its undo records into a file of its own (:meth:`GraphPart.write`, :func:`part_file`,
 beside the API's view file, :mod:`pulsegraph.api.viewfile`, which then keeps only what :meth:`PartitionedGraph.keep`
 says of them), and the next start's parts read theirs back once they are made (:meth:`PartitionedGraph.load_state`),
 seconds after the API serves rather than at once. A part that dies takes the whole view with it: reads answer 503
