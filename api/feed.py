@@ -88,12 +88,20 @@ class ResultFeed:
         after, named = (0, 0) if taken_back else (self._store.latest_epoch, len(self._store.names))
         # The epoch of the graph it holds: a compute stage read back whole publishes its first epoch whole
         # unless it is the stage's own (a clean stop's view, read back at this start).
-        graph_at = self._store.graph.epoch
+        graph = self._store.graph
+        graph_at = graph.epoch
+        # New graph view parts (the old were lost) holding nothing while the API has epochs: the next epoch's changes
+        # would not fill them, and a relaunch's whole first epoch is no news here. Asked first, so that the results
+        # pulled next reach at least its epoch: what they change after it applies over it, the rest it has.
+        mend = ray.get(self.compute.graph_whole.remote(after)) if not taken_back and after and graph.wants_whole() else None
         got = ray.get(self.compute.results_after.remote(after, named, whole, graph_at))
         if got is None:  # names the compute actor kept no changes from (it was relaunched): ask in its order
             got = ray.get(self.compute.results_in_order.remote(after, named, whole, graph_at))
         results, names = got
         results = owned(results)
+        if mend is not None:
+            graph.apply(mend[0], owned(mend[1]), full=True)
+            log.info("graph view filled whole as of epoch %d from the compute stage", mend[0])
         if taken_back and not results:
             return []  # its names alone would rename the epochs served meanwhile
         settle = None

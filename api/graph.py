@@ -171,6 +171,10 @@ class GraphHistory:
         # results): edges changed only in those epochs are missing from this view until they change again.
         self.missed_epochs = 0
 
+    def wants_whole(self) -> bool:
+        """Never: this view loses nothing it held (a :class:`~pulsegraph.api.graphparts.PartitionedGraph` can)."""
+        return False
+
     @property
     def slots(self) -> int:
         """Slots in use or free: the length of the per-slot columns."""

@@ -226,6 +226,7 @@ class PartitionedGraph:
         self._kept = 0
         self.missed_epochs = 0
         self._lost: str | None = None  # why the view is not whole, until new parts take a whole graph in
+        self._lost_port: PartsPort | None = None  # the parts it was lost with (asked nothing more)
         self.pending: dict | None = None  # a clean stop's view, taken back (load_state) for parts not made yet
 
     @property
@@ -243,7 +244,7 @@ class PartitionedGraph:
     def _fail(self, exc: PartLost) -> None:
         with self._lock:
             first = self._lost is None
-            self._lost, self.epoch, self._kept = str(exc), 0, 0
+            self._lost, self.epoch, self._kept, self._lost_port = str(exc), 0, 0, self._port
         if first:
             log.error("graph view lost a part (%s); the graph routes answer 503 until the pipeline relaunches", exc)
             if self.on_lost is not None:
@@ -251,10 +252,13 @@ class PartitionedGraph:
 
     def replace(self, port: PartsPort) -> None:
         """Go on over new, empty parts: they take back a clean stop's view taken back before them (:meth:`load_state`);
-        else (the first parts, or the old ones died) the view is whole again with the next whole epoch."""
+        else (the first parts, or the old ones died) the view is whole again with the compute stage's graph whole
+        (:meth:`wants_whole`) or a whole epoch."""
         with self._lock:
-            kept, self.pending, self._port = self.pending, None, port
+            kept, self.pending, old, self._port = self.pending, None, self._port, port
             if kept is None:
+                if old is not None and self._lost is None and self.epoch:  # found dead by the relaunch, not by a call
+                    self._lost = "its parts were replaced"
                 self.epoch, self._kept, self.missed_epochs = 0, 0, 0
         if kept is not None:
             self._take_back(port, kept)
@@ -268,6 +272,11 @@ class PartitionedGraph:
         check_capacity(ch)  # raised here, as by the whole view, not inside an actor
         if self._each("apply", [(epoch, rows, full, since) for rows in rows_of(ch, self.parts)]):
             self._lost = None
+
+    def wants_whole(self) -> bool:
+        """New parts that hold nothing yet: given the epochs the API has, only the compute stage's graph whole
+        fills them (:meth:`pulsegraph.api.feed.ResultFeed.poll` asks for it), not the next epoch's changes."""
+        return self._port is not None and self._port is not self._lost_port and self.epoch == 0
 
     def forget_before(self, epoch: int) -> None:
         self._each("forget_before", [(epoch,)] * self.parts)

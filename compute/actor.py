@@ -40,6 +40,7 @@ import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
 from pulsegraph.compute.apps_actor import RayApplications, spawn_apps, start_apps_of
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine, start_partitions_of
 from pulsegraph.compute.results import EpochResult
@@ -270,6 +271,18 @@ class ComputeActor:
             log.info("epoch %d published whole (%d edges): the consumer's graph is of epoch %d, not the stage's %d",
                      results[0].epoch, len(whole_graph), graph_at, restored_at)
         return results, changes
+
+    def graph_whole(self, at_least: int) -> tuple[int, EdgeChanges] | None:
+        """The graph as of the newest epoch merged, whole, for a consumer that has every epoch up to ``at_least``
+        and whose graph view holds nothing (new parts, the old ones lost): None while this stage is behind it (a
+        relaunch merging its epochs again). In Ray's default group, between batches; the consumer's next pull
+        gets every result up to this graph's epoch."""
+        if self._stage.epoch < at_least:
+            return None
+        self._publisher.drain()
+        whole = dataclasses.replace(self._stage.graph.whole_changes(), first_ts=None)
+        log.info("graph of epoch %d handed over whole (%d edges): the consumer's graph view holds nothing", self._stage.epoch, len(whole))
+        return self._stage.epoch, whole
 
     def snapshot(self) -> dict:
         return self._stage.graph.snapshot()

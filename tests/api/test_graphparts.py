@@ -131,13 +131,35 @@ def test_a_lost_part_answers_503_until_new_parts_take_a_whole_epoch():
     with pytest.raises(Unavailable) as why:
         parted.require(3)
     assert why.value.status == 503
+    assert not parted.wants_whole()  # the feed asks the compute stage for nothing the dead parts cannot take
     parted.replace(LocalParts(2))
+    assert parted.wants_whole()
     parted.apply(5, as_changes(epochs[4][0]))  # not whole: what the lost parts held is not there to patch
     with pytest.raises(Unavailable):
         parted.require(5)
     whole = GraphHistory()
     for g in (whole, parted):
         g.apply(6, as_changes(epochs[5][1]), full=True)
+    check_alike(whole, parted)
+    assert not parted.wants_whole() and not whole.wants_whole()
+
+
+def test_parts_replaced_before_a_call_found_one_dead_hold_nothing_until_a_whole_graph():
+    """The relaunch found a part dead (``GraphParts.ensure``) before any read or epoch did: the new parts are
+    lost all the same, not a view that goes on from the next epoch's changes."""
+    epochs = random_epochs(4, seed=6, vertices=VERTICES)
+    parted = PartitionedGraph(LocalParts(2))
+    for e, (changed, _) in enumerate(epochs[:2], start=1):
+        parted.apply(e, as_changes(changed))
+    parted.replace(LocalParts(2))
+    assert parted.wants_whole()
+    parted.apply(3, as_changes(epochs[2][0]))
+    with pytest.raises(Unavailable):
+        parted.neighbors(0, "out")
+    assert parted.wants_whole() and parted.epoch == 0
+    whole = GraphHistory()
+    for g in (whole, parted):
+        g.apply(4, as_changes(epochs[3][1]), full=True)
     check_alike(whole, parted)
 
 

@@ -60,6 +60,29 @@ def test_the_status_poll_is_answered_while_a_batch_is_merged_and_ranked(ray_clus
         ray.kill(actor)
 
 
+def test_a_consumer_whose_graph_view_holds_nothing_gets_the_graph_whole_once_the_stage_reached_its_epochs(ray_cluster):
+    """The API's new graph view parts (the old were lost) hold nothing: the actor hands over its graph whole as of
+    the newest epoch merged, and nothing while it is behind the epochs the consumer has (a relaunch merging again)."""
+    first, second = sealed_epochs(2_000, 1_000)
+    live = ComputeStage.made(StageConfig())
+    live.apply([first, second])
+    whole = live.graph.whole_changes()
+    actor = ComputeActor.remote()
+    try:
+        ray.get(actor.apply_epochs.remote([first.info], *first.deltas), timeout=120)
+        assert ray.get(actor.graph_whole.remote(2), timeout=60) is None
+        ray.get(actor.apply_epochs.remote([second.info], *second.deltas), timeout=120)
+        epoch, got = ray.get(actor.graph_whole.remote(2), timeout=60)
+        assert epoch == 2 and got.first_ts is None
+        fields = ("src", "dst", "etype", "mult", "weight")
+        assert {e for e in zip(*(getattr(got, f).tolist() for f in fields))} == {e for e in zip(*(getattr(whole, f).tolist() for f in fields))}
+        assert len(got) == live.graph.live_edges()
+        # Every result up to it is there for the pull that follows.
+        assert [r.epoch for r in ray.get(actor.results_after.remote(0, 0), timeout=60)[0]] == [1, 2]
+    finally:
+        ray.kill(actor)
+
+
 def test_a_result_is_pulled_while_the_next_batch_runs_with_the_names_as_of_its_epoch(ray_cluster):
     small, large = sealed_epochs(2_000, 60_000)
     reference = ComputeStage()
