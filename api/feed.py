@@ -29,6 +29,7 @@ from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.api.viewfile import VIEW_WAIT_S
 from pulsegraph.base.runtime import HeapTrimmer
+from pulsegraph.compute.changes import EdgeChanges
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +93,15 @@ class ResultFeed:
         graph_at = graph.epoch
         # New graph view parts (the old were lost) holding nothing while the API has epochs: the next epoch's changes
         # would not fill them, and a relaunch's whole first epoch is no news here. Asked first, so that the results
-        # pulled next reach at least its epoch: what they change after it applies over it, the rest it has.
+        # pulled next reach at least its epoch (see _mend).
         mend = ray.get(self.compute.graph_whole.remote(after)) if not taken_back and after and graph.wants_whole() else None
         got = ray.get(self.compute.results_after.remote(after, named, whole, graph_at))
         if got is None:  # names the compute actor kept no changes from (it was relaunched): ask in its order
             got = ray.get(self.compute.results_in_order.remote(after, named, whole, graph_at))
         results, names = got
         results = owned(results)
-        if mend is not None:
-            graph.apply(mend[0], owned(mend[1]), full=True)
-            log.info("graph view filled whole as of epoch %d from the compute stage", mend[0])
+        after_mend = [] if mend is None else [(r.epoch, r.edge_changes, r.full_changes, r.skipped)
+                                              for r in results if r.epoch > mend[0] and r.edge_changes is not None]
         if taken_back and not results:
             return []  # its names alone would rename the epochs served meanwhile
         settle = None
@@ -117,6 +117,8 @@ class ResultFeed:
             self._store.add(earlier, names, notify=False, ranks_of=self._archive.loaded_ranks)
             names = None  # applied with the archived epochs already
         views = self._store.add(results, names, settle=settle)
+        if mend is not None:
+            self._mend(mend[0], owned(mend[1]), after_mend)
         if self._on_epoch:
             for v in views:
                 self._on_epoch(v)
@@ -124,6 +126,16 @@ class ResultFeed:
         # throttled), the trim after the last epoch may have been too soon to run.
         self._trimmer.maybe_trim()
         return views
+
+    def _mend(self, epoch: int, whole: EdgeChanges, later: list[tuple[int, EdgeChanges, bool, list[int]]]) -> None:
+        """Fill the graph view's new parts with the compute stage's graph as of ``epoch``, then the changes of the
+        epochs after it that this poll pulled. Once the store took those epochs in (a relaunch's first one takes
+        seconds), not before: meanwhile the routes say the view is lost, not that the store's newest is not kept."""
+        graph = self._store.graph
+        graph.apply(epoch, whole, full=True)
+        for e, changes, full, skipped in later:
+            graph.apply(e, changes, full, skipped[0] if skipped else None)
+        log.info("graph view filled whole as of epoch %d from the compute stage, then %d epochs after it", epoch, len(later))
 
     def _loop(self) -> None:
         failing: str | None = None  # what the polls keep failing with: logged once, not ten times a second

@@ -124,7 +124,7 @@ class GraphParts:
         self._parts, self._retain, self._log_level = parts, retain, log_level
         self._spill = Path(folder) / "view-parts"
         # A lost part asks for a relaunch, on a thread of its own (it is found by the feed's thread or a request's,
-        # and a relaunch waits for neither): new parts take the relaunched pipeline's first epoch, which is whole.
+        # and a relaunch waits for neither): the API's feed fills new parts with the compute stage's graph whole.
         self.graph = PartitionedGraph(None, on_lost=lambda why: threading.Thread(
             target=relaunch, args=(why,), name="graph-part-lost", daemon=True).start(), folder=folder)
 
@@ -141,7 +141,7 @@ class GraphParts:
             return
         if isinstance(port, RayGraphParts):
             port.close()
-            log.warning("graph view: a part is gone; %d new parts take the relaunched pipeline's first epoch", self._parts)
+            log.warning("graph view: a part is gone; %d new parts take the compute stage's graph whole", self._parts)
         t0 = time.monotonic()
         self.graph.replace(spawn_graph_parts(self._parts, self._retain, self._log_level, self._spill))
         log.info("graph view over %d part actors at epoch %d (%.1f s)", self._parts, self.graph.epoch, time.monotonic() - t0)

@@ -104,3 +104,63 @@ def test_a_patch_the_store_cannot_apply_makes_the_feed_ask_for_whole_arrays(ray_
     feed.poll()
     assert ray.get(actor.whole_asked.remote()) == [False, False, True]
     assert store.landmarks_to.covers(5) and store.landmarks_to.at(5, np.zeros(1, np.int64), np.array([3])).tolist() == [3]
+
+
+def _graph_result(epoch: int, changes: EdgeChanges, n: int) -> EpochResult:
+    return EpochResult(
+        epoch=epoch, vector={"p:0": epoch}, records=epoch, vertices=n, edges=0, committed_at=time.time(), commit_ms=1.0,
+        timeliness_ms={"p50": 1.0, "p99": 1.0, "max": 1.0}, scores={"pagerank": np.full(n, 1 / n)},
+        out_degree=np.zeros(n, np.int32), in_degree=np.zeros(n, np.int32), edge_changes=changes, types=["mentions"],
+    )
+
+
+@ray.remote
+class _Relaunched:
+    """A relaunched compute stage as the API's feed meets it after its graph view lost a part: it has merged
+    ``stage_at`` epochs again (past the API's newest) and keeps the results after the API's newest."""
+
+    def __init__(self, epochs: list, stage_at: int, n: int) -> None:
+        self.epochs, self.stage_at, self.n = epochs, stage_at, n
+
+    def graph_whole(self, at_least: int):
+        return None if self.stage_at < at_least else (self.stage_at, self.epochs[self.stage_at - 1][1])
+
+    def results_after(self, epoch: int, known: int, whole: bool = False, graph_at: int | None = None):
+        # One epoch past the graph handed over: merged after graph_whole answered, as a batch may.
+        out = [_graph_result(e, self.epochs[e - 1][0], self.n) for e in range(epoch + 1, self.stage_at + 2)]
+        return out, NameChanges(known, [f"v{i}" for i in range(known, self.n)])
+
+
+def test_new_graph_view_parts_are_filled_with_the_compute_stage_s_graph_and_the_epochs_after_it(ray_cluster):
+    from pulsegraph.api.exceptions import NotFound, Unavailable
+    from pulsegraph.api.graph import GraphHistory
+    from pulsegraph.api.graphparts import LocalParts, PartitionedGraph
+    from tests.api.test_graph import as_changes, random_epochs
+    from tests.api.test_graphparts import VERTICES, check_alike
+
+    epochs = [(as_changes(changed), as_changes(state)) for changed, state in random_epochs(8, seed=3, vertices=VERTICES)]
+    whole, parted = GraphHistory(), PartitionedGraph(LocalParts(2))
+    store = ResultStore(retain=8, graph=parted)
+    store.add([_graph_result(e, epochs[e - 1][0], VERTICES) for e in (1, 2, 3)], NameChanges(0, [f"v{i}" for i in range(VERTICES)]))
+    parted.replace(LocalParts(2))  # the old parts died: the new ones hold nothing
+    assert parted.wants_whole()
+    # While the store takes the epochs in (a relaunch's first takes seconds), the routes say the view is lost; never
+    # that the store's newest epoch is not kept, as a view already at the graph handed over would.
+    seen: list[str] = []
+
+    def read(v) -> None:
+        try:
+            parted.require(v.result.epoch)
+            seen.append("read")
+        except (Unavailable, NotFound) as exc:
+            seen.append(exc.code)
+
+    store.subscribe(read)
+    feed = ResultFeed(_Relaunched.remote(epochs, 5, VERTICES), store)
+    views = feed.poll()
+    assert seen == ["graph_view_lost"] * 3
+    assert [v.result.epoch for v in views] == [4, 5, 6] and store.latest_epoch == 6
+    assert not parted.wants_whole()
+    whole.apply(5, epochs[4][1], full=True)
+    whole.apply(6, epochs[5][0])
+    check_alike(whole, parted)  # epochs 5 and 6, each as of itself
