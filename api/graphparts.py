@@ -241,8 +241,11 @@ class PartitionedGraph:
         with self._lock:
             self.epoch, self._kept, self.missed_epochs = facts[0]
 
-    def _fail(self, exc: PartLost) -> None:
+    def _fail(self, exc: PartLost, port: PartsPort) -> None:
+        """``port``'s call failed: the view is lost, unless new parts replaced it meanwhile (the relaunch came first)."""
         with self._lock:
+            if port is not self._port:
+                return
             first = self._lost is None
             self._lost, self.epoch, self._kept, self._lost_port = str(exc), 0, 0, self._port
         if first:
@@ -292,12 +295,13 @@ class PartitionedGraph:
 
     def _each(self, op: str, args: list[tuple]) -> bool:
         """``op`` on every part, their answer mirrored; False where there are no parts or one was lost."""
-        if self._port is None:
+        port = self._port
+        if port is None:
             return False
         try:
-            self._mirror(self._port.each(op, args))
+            self._mirror(port.each(op, args))
         except PartLost as exc:
-            self._fail(exc)
+            self._fail(exc, port)
             return False
         return True
 
@@ -329,7 +333,7 @@ class PartitionedGraph:
         try:
             got = port.some(calls)
         except PartLost as exc:
-            self._fail(exc)
+            self._fail(exc, port)
             self.require(at)
             raise
         if any(g is None for g in got.values()):
@@ -359,13 +363,14 @@ class PartitionedGraph:
     def keep(self) -> dict | None:
         """At a clean stop: each part writes its view into :attr:`folder` (:func:`part_file`); what the API's view
         file keeps of them (None: there are none, or a part could not write)."""
-        if not self.epoch or self._port is None or self.folder is None:
+        port = self._port
+        if not self.epoch or port is None or self.folder is None:
             return None
         try:
-            if not all(self._port.each("write", [(str(part_file(self.folder, q)),) for q in range(self.parts)])):
+            if not all(port.each("write", [(str(part_file(self.folder, q)),) for q in range(port.parts)])):
                 return None
         except PartLost as exc:
-            self._fail(exc)
+            self._fail(exc, port)
             return None
         return {"parts": self.parts, "epoch": self.epoch, "kept_from": self._kept, "missed": self.missed_epochs}
 
@@ -393,7 +398,7 @@ class PartitionedGraph:
         try:
             facts = port.each("take_back", [(str(part_file(self.folder, q)), kept["epoch"]) for q in range(port.parts)])
         except PartLost as exc:
-            self._fail(exc)
+            self._fail(exc, port)
             return
         if len(set(facts)) != 1 or facts[0][0] != kept["epoch"]:
             log.warning("graph view parts took back epochs %s, not %d: they start empty", sorted({f[0] for f in facts}), kept["epoch"])

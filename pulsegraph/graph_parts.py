@@ -121,12 +121,21 @@ class GraphParts:
     def __init__(self, parts: int, folder: Path, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
         """``folder``: where a clean stop's parts keep their files (the result archive's); the parts' cold undo records
         are in its ``view-parts`` folder while they run."""
-        self._parts, self._retain, self._log_level = parts, retain, log_level
+        self._parts, self._retain, self._log_level, self._relaunch = parts, retain, log_level, relaunch
         self._spill = Path(folder) / "view-parts"
-        # A lost part asks for a relaunch, on a thread of its own (it is found by the feed's thread or a request's,
-        # and a relaunch waits for neither): the API's feed fills new parts with the compute stage's graph whole.
-        self.graph = PartitionedGraph(None, on_lost=lambda why: threading.Thread(
-            target=relaunch, args=(why,), name="graph-part-lost", daemon=True).start(), folder=folder)
+        self.graph = PartitionedGraph(None, on_lost=self._lost, folder=folder)
+
+    def _lost(self, why: str) -> None:
+        """A part was found lost: ask for a relaunch on a thread of its own (found by the feed's thread or a
+        request's, and a relaunch waits for neither); the API's feed fills new parts with the compute stage's
+        graph whole. None is due once new parts replaced these (a relaunch for the same loss came first)."""
+        port = self.graph.port
+
+        def relaunch() -> None:
+            if self.graph.port is port:
+                self._relaunch(why)
+
+        threading.Thread(target=relaunch, name="graph-part-lost", daemon=True).start()
 
     @classmethod
     def of(cls, settings: Settings, folder: Path, relaunch: Callable[[str], None]) -> GraphParts | None:

@@ -64,6 +64,7 @@ class Supervisor:
         while not p._stop.wait(STATUS_POLL_S):
             if not p._launched.is_set():
                 continue
+            seen = p.recoveries  # a relaunch on another thread (a lost graph view part's) meanwhile makes this one moot
             try:
                 status = p.poll_status()
                 p._status = {**status, **self.check_backpressure(status)}
@@ -76,7 +77,8 @@ class Supervisor:
                 log.warning("an actor did not answer the status poll within %.0f s", STATUS_TIMEOUT_S)
                 continue
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
-                log.exception("pipeline status poll failed")
+                if p.recoveries == seen:  # not a poll that met the actors a relaunch was taking down
+                    log.exception("pipeline status poll failed")
                 continue
             lost = lost or self.topic_changed()
             if not lost:
@@ -86,7 +88,7 @@ class Supervisor:
                 return
             backoff = min(backoff * 2, RELAUNCH_BACKOFF_MAX_S)
             try:
-                p._relaunch(lost)
+                p._relaunch(lost, seen)
             except PulsegraphError as exc:
                 # Ours, not Ray's: the data folder or the source is not what its history says (a log
                 # that is not one history, a checkpoint of other shards, a re-created topic).

@@ -159,8 +159,7 @@ class Pipeline:
             self.archive.clear()
         elif (taken := self.archive.take_back()) is not None:
             self.store.take_back(*taken)
-            # The graph view the last clean stop kept, read back once the API serves (pulsegraph.api.viewfile).
-            self.store.view_reader = ViewReader.open(self.store, self.archive)
+            self.store.view_reader = ViewReader.open(self.store, self.archive)  # the last clean stop's view (api.viewfile)
             # Their digests are read meanwhile (seconds for gigabytes); the pipeline's first epoch waits for it.
             threading.Thread(
                 target=self.archive.verify_taken, args=(self.store.drop_taken,), name="archive-verify", daemon=True,
@@ -190,8 +189,7 @@ class Pipeline:
         """:meth:`start` on a thread of its own, for a service that answers from the archived history while
         Ray and the actors start (seconds). An error only the operator can fix (the data folder holds
         another source's history, a GPU missing) gives up as a failed relaunch does: :attr:`fatal`."""
-        # Ray builds its serialization context on that thread and imports pydantic's compatibility module then:
-        # imported here first, it cannot race an import of the thread that serves.
+        # Ray imports pydantic's compatibility module on that thread: imported here, it races no import of the serving one.
         import ray._common.pydantic_compat  # noqa: F401
 
         # Ray sets its SIGTERM handler on the main thread only, and says so; the service sets its own.
@@ -360,10 +358,12 @@ class Pipeline:
                 time.sleep(0.05)
         self.ingest, self.shards, self.coordinator, self.compute = [], [], None, None
 
-    def _relaunch(self, why: str) -> None:
-        """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source."""
+    def _relaunch(self, why: str, seen: int | None = None) -> None:
+        """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source. ``seen``:
+        :attr:`recoveries` when the loss was found (default: now); a relaunch since then made every actor anew."""
+        seen = self.recoveries if seen is None else seen
         with self._lifecycle:
-            if not self._stop.is_set():
+            if not self._stop.is_set() and self.recoveries == seen:
                 self._relaunch_locked(why)
 
     def _relaunch_locked(self, why: str) -> None:

@@ -163,6 +163,26 @@ def test_parts_replaced_before_a_call_found_one_dead_hold_nothing_until_a_whole_
     check_alike(whole, parted)
 
 
+def test_a_loss_found_after_new_parts_replaced_the_lost_ones_asks_for_no_second_relaunch():
+    """A read in flight on the old parts fails after the relaunch replaced them: the new parts are not lost by it."""
+    told: list[str] = []
+    parted: PartitionedGraph
+
+    class _ReplacedMidCall(LocalParts):
+        def some(self, calls):
+            parted.replace(LocalParts(2))  # the relaunch, while this read waited on the dead part
+            raise PartLost("part 0 died")
+
+    epochs = random_epochs(2, seed=7, vertices=VERTICES)
+    parted = PartitionedGraph(_ReplacedMidCall(2), on_lost=told.append)
+    parted.apply(1, as_changes(epochs[0][0]))
+    with pytest.raises(Unavailable):
+        parted.neighbors(0, "out", 1)
+    assert told == [] and parted.wants_whole()  # the new parts wait for the compute stage's graph, as after any loss
+    parted.apply(2, as_changes(epochs[1][1]), full=True)
+    assert not parted.wants_whole() and parted.neighbors(0, "out", 2) is not None
+
+
 def graph_reads(epoch: int) -> list[str]:
     """Every route that reads the graph view, for vertices with few and many edges, each way, each filter."""
     out = []
