@@ -12,6 +12,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures compaction --ref 2039689
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
     .venv/bin/python -m bench.structures shard-store --ref b986fd8
+    .venv/bin/python -m bench.structures landmark-bfs --ref 662617a
 
 * ``rowtable``: :class:`pulsegraph.compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
@@ -27,6 +28,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   work per epoch (merge, a solve's sweeps, a frontier's live neighbours): why there are two.
 * ``shard-store``: a shard's :class:`pulsegraph.snapshots.store.ShardStore` taking the growing stream's rounds and
   cutting an epoch every 48 k events (40 epochs, one shard): receive and apply time per epoch.
+* ``landmark-bfs``: :func:`pulsegraph.compute.apps.landmarks.bfs_many` of 16 sources (a re-choice of the landmarks)
+  over 13 M edges of skewed in-degrees: time and traced peak (the frontier's rows are read in slices).
 * ``shard-names``: a shard's :class:`pulsegraph.snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
   1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
@@ -327,6 +330,31 @@ def overlays(mod) -> str:
             f"{g.nbytes() / len(keys):.1f} / {t.nbytes() / t.nnz:.1f}")
 
 
+def landmark_bfs(mod) -> str:
+    """16 landmarks' BFS (:func:`pulsegraph.compute.apps.landmarks.bfs_many`, as a re-choice runs it) over a 13 M-edge
+    graph of skewed in-degrees: time, and the traced peak above the distances it fills (its levels' arrays)."""
+    import scipy.sparse as sp
+
+    from pulsegraph.compute.apps.base import CSR
+
+    n, m = 2_500_000, 13_000_000
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, n, m), (n * rng.power(0.3, m)).astype(np.int64) % n
+    a = sp.csr_matrix((np.ones(m, np.int8), (src, dst)), shape=(n, n))
+    a.sum_duplicates()
+    adj = CSR(a.indptr.astype(np.int64), a.indices.astype(np.int64))
+    del a, src, dst
+    sources = np.argsort(-np.diff(adj.indptr))[:16]
+    out = np.full((16, n), mod.UNREACHABLE, dtype=mod.HOPS)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    mod.bfs_many(adj, sources, n, out)
+    took = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return f"{len(adj.indices):,} edges: {took:.2f} s, peak {peak / 2**20:,.0f} MiB above the distances"
+
+
 CASES = {
     "overlays": (overlays, "compute/resident.py"),
     "rowtable": (rowtable, "compute/apps/adjacency.py"),
@@ -336,6 +364,7 @@ CASES = {
     "compaction": (compaction, "compute/resident.py"),
     "shard-names": (shard_names, "snapshots/interner.py"),
     "shard-store": (shard_store, "snapshots/store.py"),
+    "landmark-bfs": (landmark_bfs, "compute/apps/landmarks.py"),
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -44,12 +45,37 @@ def expand(indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray) -> tup
     return indices[pos], owner
 
 
+# The most entries one read of a frontier's rows takes (``neighbors_in_slices``): ~30 bytes of arrays an entry
+# while it is worked on. A level of a traversal through a graph's core reads nearly every edge: read whole, the 16
+# landmarks' BFS peaked 452 MiB above its distances at 13 M edges, 176 in slices (``bench.structures landmark-bfs``).
+READ_ENTRIES = 1 << 21
+
+
 class Neighbors(Protocol):
     """Rows of a graph read a frontier at a time (a :class:`~pulsegraph.compute.apps.adjacency.RowTable`, a :class:`CSR`)."""
 
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The neighbors of every frontier vertex (int64, any order), and for each its position in ``frontier``."""
         ...
+
+    def reach(self, frontier: np.ndarray) -> np.ndarray:
+        """How many entries reading each frontier row takes (at least its neighbors)."""
+        ...
+
+
+def neighbors_in_slices(adj: Neighbors, frontier: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:meth:`Neighbors.neighbors` of ``frontier`` as consecutive slices of its rows, each reading about
+    :data:`READ_ENTRIES` entries at most (a row with more is a slice of its own); positions are in ``frontier``."""
+    f = np.asarray(frontier, dtype=np.int64)
+    ends = np.cumsum(adj.reach(f)) if len(f) > 1 else np.zeros(len(f), dtype=np.int64)
+    if not len(f) or ends[-1] <= READ_ENTRIES:
+        yield adj.neighbors(f)
+        return
+    cuts = np.searchsorted(ends, np.arange(READ_ENTRIES, int(ends[-1]), READ_ENTRIES, dtype=np.int64), side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [len(f)]]))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        nbrs, owner = adj.neighbors(f[lo:hi])
+        yield nbrs, owner + lo
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,10 @@ class CSR:
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nbrs, owner = expand(self.indptr, self.indices, np.asarray(frontier, dtype=np.int64))
         return nbrs.astype(np.int64), owner
+
+    def reach(self, frontier: np.ndarray) -> np.ndarray:
+        f = np.asarray(frontier, dtype=np.int64)
+        return self.indptr[f + 1] - self.indptr[f]
 
 
 @dataclass

@@ -49,6 +49,7 @@ from pulsegraph.compute.apps.base import (
     AppResult,
     Neighbors,
     Patch,
+    neighbors_in_slices,
 )
 
 # Distances are uint16, in the state and as published; this value (the largest) is "no path".
@@ -116,14 +117,18 @@ def _bfs_lanes(adj: Neighbors, sources: np.ndarray, n: int, dist: np.ndarray) ->
         level += 1
         if level >= UNREACHABLE:
             break  # what is further away reads as unreachable (uint16 hops)
-        nbrs, owner = adj.neighbors(frontier)
-        bits = reached[owner] & ~seen[nbrs]
-        new = bits != 0
-        nbrs, bits = nbrs[new], bits[new]
-        if not len(nbrs):
+        found: list[np.ndarray] = []  # the vertices reached anew, per slice of the frontier's rows
+        for nbrs, owner in neighbors_in_slices(adj, frontier):
+            bits = reached[owner] & ~seen[nbrs]
+            new = bits != 0
+            nbrs, bits = nbrs[new], bits[new]
+            np.bitwise_or.at(gained, nbrs, bits)
+            found.append(nbrs)
+        if not any(len(f) for f in found):
             break
-        np.bitwise_or.at(gained, nbrs, bits)
-        frontier = np.flatnonzero(gained) if len(nbrs) > _SCAN_SHARE * n else unique(nbrs)
+        scan = sum(len(f) for f in found) > _SCAN_SHARE * n
+        frontier = np.flatnonzero(gained) if scan else unique(np.concatenate(found))
+        del found
         reached = gained[frontier]
         gained[frontier] = 0
         seen[frontier] |= reached
@@ -143,14 +148,17 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
     while len(frontier):
         if written is not None:
             written.append(frontier)
-        nbrs, owner = adj.neighbors(frontier)
-        cand = _plus_one(dist[frontier])[owner]
-        improves = cand < dist[nbrs]  # a candidate of UNREACHABLE hops or more never improves
-        if not improves.any():
-            break
-        nbrs, cand = nbrs[improves], cand[improves]
-        np.minimum.at(dist, nbrs, cand.astype(dist.dtype))
-        frontier = unique(nbrs)
+        # The frontier's distances as the level starts; a slice lowering one of them (a path it closes) only
+        # adds that vertex to the next level, as a whole read would.
+        start = _plus_one(dist[frontier])
+        lowered: list[np.ndarray] = []
+        for nbrs, owner in neighbors_in_slices(adj, frontier):
+            cand = start[owner]
+            improves = cand < dist[nbrs]  # a candidate of UNREACHABLE hops or more never improves
+            nbrs, cand = nbrs[improves], cand[improves]
+            np.minimum.at(dist, nbrs, cand.astype(dist.dtype))
+            lowered.append(nbrs)
+        frontier = unique(np.concatenate(lowered))
 
 
 def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray, written: list | None = None) -> int:
@@ -177,30 +185,30 @@ def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarr
         c = c[~detached[c]]
         if not len(c):
             continue
-        preds, owner = back.neighbors(c)
-        ok = (dist[preds] == level - 1) & ~detached[preds]
         supported = np.zeros(len(c), dtype=bool)
-        supported[owner[ok]] = True
+        for preds, owner in neighbors_in_slices(back, c):
+            supported[owner[(dist[preds] == level - 1) & ~detached[preds]]] = True
         lost = c[~supported]
         if not len(lost):
             continue
         detached[lost] = True
         lost_all.append(lost)
-        children, _ = fwd.neighbors(lost)
-        children = children[(dist[children] == level + 1) & ~detached[children]]
-        if len(children):
-            pending.setdefault(level + 1, []).append(children)
+        for children, _ in neighbors_in_slices(fwd, lost):
+            children = children[(dist[children] == level + 1) & ~detached[children]]
+            if len(children):
+                pending.setdefault(level + 1, []).append(children)
     if not lost_all:
         return 0
     gone = np.concatenate(lost_all)
     dist[gone] = UNREACHABLE
     if written is not None:
         written.append(gone)
-    # Back from the vertices around the cut-off region that kept their distances.
-    preds, owner = back.neighbors(gone)
-    ok = dist[preds] < UNREACHABLE
-    if ok.any():
-        relax(fwd, dist, gone[owner[ok]], _plus_one(dist[preds[ok]]), written)
+    # Back from the vertices around the cut-off region that kept their distances (each slice relaxes all the way:
+    # the distances only come down, to the same ones in any order).
+    for preds, owner in neighbors_in_slices(back, gone):
+        ok = dist[preds] < UNREACHABLE
+        if ok.any():
+            relax(fwd, dist, gone[owner[ok]], _plus_one(dist[preds[ok]]), written)
     return len(gone)
 
 

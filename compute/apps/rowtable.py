@@ -293,6 +293,15 @@ class RowTable:
 
     # -- reading ------------------------------------------------------------------------------
 
+    def reach(self, frontier: np.ndarray) -> np.ndarray:
+        """How many entries each frontier row holds, its dead ones counted: what :meth:`neighbors` reads of it."""
+        f = np.asarray(frontier, dtype=np.int64)
+        nb = len(self.ptr) - 1
+        out = self.ptr[np.minimum(f + 1, nb)] - self.ptr[np.minimum(f, nb)]
+        if len(self.ov_key):
+            out += np.searchsorted(self.ov_key, (f + 1) << _SHIFT) - np.searchsorted(self.ov_key, f << _SHIFT)
+        return out
+
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The cols of the live entries of every frontier row (int64, in no particular order), and for
         each the position in ``frontier`` it came from."""

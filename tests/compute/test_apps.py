@@ -14,6 +14,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from pulsegraph.compute.apps import base
 from pulsegraph.compute.apps.base import AppGraph, Patch
 from pulsegraph.compute.apps.components import Components
 from pulsegraph.compute.apps.exposure import Exposure
@@ -60,6 +61,11 @@ def nx_graph(st: Stream) -> nx.DiGraph:
     return G
 
 
+# The landmarks' traversals read a frontier's rows in slices of READ_ENTRIES entries (a bound on their transient
+# arrays): the distances are the same whatever the slices.
+READS = pytest.mark.parametrize("read", [base.READ_ENTRIES, 7], ids=["whole reads", "reads of 7 entries"])
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_components_match_networkx_after_random_updates(seed):
     for st, out in random_epochs(seed):
@@ -82,8 +88,10 @@ def test_components_initialize_equals_update():
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_incremental_landmark_distances_equal_a_fresh_bfs(seed):
+@READS
+def test_incremental_landmark_distances_equal_a_fresh_bfs(seed, read, monkeypatch):
     """As a consumer holds them: the whole arrays of the epochs that chose landmarks, patched by the others."""
+    monkeypatch.setattr(base, "READ_ENTRIES", read)
     recomputed = []
     for st, out in random_epochs(seed):
         G = nx_graph(st)
@@ -389,9 +397,11 @@ def test_k_exposure_equals_a_pure_python_count_with_ties_and_removals(seed, chun
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
+@READS
+def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed, read, monkeypatch):
     """The landmarks' decremental step alone: many pairs gone at once (as a window expires them),
     chains and single-parent leaves among them, against a BFS of the graph that is left."""
+    monkeypatch.setattr(base, "READ_ENTRIES", read)
     import scipy.sparse as sp
 
     from pulsegraph.compute.apps.base import CSR
@@ -421,10 +431,12 @@ def test_repair_after_deletions_equals_a_fresh_bfs_of_the_new_graph(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_bfs_of_many_sources_at_once_equals_a_bfs_from_each(seed):
+@READS
+def test_bfs_of_many_sources_at_once_equals_a_bfs_from_each(seed, read, monkeypatch):
     """The landmarks' multi-source BFS against networkx's, one source at a time: 3 sources (8-bit lanes),
     16 (the default count, 16-bit), 70 (a chunk of 64 and one of 6), with a repeated source and ids that
     are no vertex among them."""
+    monkeypatch.setattr(base, "READ_ENTRIES", read)
     import scipy.sparse as sp
 
     from pulsegraph.compute.apps.base import CSR
