@@ -24,7 +24,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from pulsegraph.api.graphparts import GraphPart, PartitionedGraph, PartLost
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
-from pulsegraph.compute.partition_actor import kill_quietly, process_memory
+from pulsegraph.compute.partition_actor import kill_quietly
 from pulsegraph.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,6 @@ class GraphPartActor:
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
-
-    def memory(self) -> dict[str, int]:
-        """This worker's resident set and peak, and the bytes its part of the view holds."""
-        self._trimmer.maybe_trim()
-        return {**process_memory(), "held": self._part.graph.nbytes}
 
 
 class RayGraphParts:
@@ -96,9 +91,6 @@ class RayGraphParts:
         except (RayActorError, GetTimeoutError):
             return False
         return True
-
-    def memory(self) -> list[dict[str, int]]:
-        return self._get([a.memory.remote() for a in self.actors])
 
     def close(self) -> None:
         kill_quietly(self.actors)
