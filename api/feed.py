@@ -6,7 +6,9 @@ resume from, the first epoch the pipeline publishes after a start settles the ar
 history: the epochs the store took back at the start (and served while the pipeline
 started) are kept or dropped as the archive decides; when none were taken back
 (their names were not journaled), the archived epochs from before the restart are
-put in front of the live ones then.
+put in front of the live ones then. New graph view parts that hold nothing while the API has epochs (the
+old ones were lost: :mod:`pulsegraph.api.graphparts`) are filled with the compute stage's graph whole
+(``ComputeActor.graph_whole``), not with a relaunch's first epoch, which the API may have already.
 
 What comes over from the compute actor is copied into this process's own memory at once
 (:func:`owned`): Ray hands big arrays over as views of its shared object store, and one view kept
