@@ -13,6 +13,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
     .venv/bin/python -m bench.structures shard-store --ref b986fd8
     .venv/bin/python -m bench.structures landmark-bfs --ref 662617a
+    .venv/bin/python -m bench.structures landmark-epochs --ref 662617a
 
 * ``rowtable``: :class:`pulsegraph.compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
@@ -30,6 +31,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   cutting an epoch every 48 k events (40 epochs, one shard): receive and apply time per epoch.
 * ``landmark-bfs``: :func:`pulsegraph.compute.apps.landmarks.bfs_many` of 16 sources (a re-choice of the landmarks)
   over 13 M edges of skewed in-degrees: time and traced peak (the frontier's rows are read in slices).
+* ``landmark-epochs``: the landmarks' incremental update (repair, relaxing) over 10 epochs of 2 M tweets, landmarks
+  kept: what reading frontiers in slices costs the many small frontiers of an ordinary epoch.
 * ``shard-names``: a shard's :class:`pulsegraph.snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
   1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
@@ -355,6 +358,28 @@ def landmark_bfs(mod) -> str:
     return f"{len(adj.indices):,} edges: {took:.2f} s, peak {peak / 2**20:,.0f} MiB above the distances"
 
 
+def landmark_epochs(mod) -> str:
+    """The landmarks' update, epoch by epoch, as the applications run it with the landmarks kept (steady scores):
+    2 M synthetic tweets of the soak's stream in 10 epochs; its time summed over epochs 2-10."""
+    from bench.apps import filled_shards
+    from pulsegraph.compute.apps.runner import Applications
+    from pulsegraph.compute.changes import EdgeChanges
+    from pulsegraph.compute.graph import GlobalGraph
+
+    tweets, epochs = 2_000_000, 10
+    stores, g, apps = filled_shards(tweets, 2, 3_000_000, 100_000), GlobalGraph(), Applications()
+    at = next(i for i, a in enumerate(apps.apps) if a.name == "landmarks")
+    kept = apps.apps[at]
+    apps.apps[at] = mod.Landmarks(kept.count, kept.drift, kept.score)
+    total = 0.0
+    for epoch in range(1, epochs + 1):
+        merged = [g.apply_with_previous(s.apply(epoch, {"p": tweets * epoch // epochs})[1]) for s in stores]
+        changes, before = (EdgeChanges.concat([m[k] for m in merged]) for k in (0, 1))
+        apps.run(g, epoch, changes, before, False, {"tunkrank": 1.0 / (1.0 + np.arange(g.n))}, 0)
+        total += apps.ms["landmarks"] if epoch > 1 else 0.0
+    return f"{g.live_edges():,} edges: the landmarks' updates took {total:,.0f} ms over epochs 2-{epochs}"
+
+
 CASES = {
     "overlays": (overlays, "compute/resident.py"),
     "rowtable": (rowtable, "compute/apps/adjacency.py"),
@@ -365,6 +390,7 @@ CASES = {
     "shard-names": (shard_names, "snapshots/interner.py"),
     "shard-store": (shard_store, "snapshots/store.py"),
     "landmark-bfs": (landmark_bfs, "compute/apps/landmarks.py"),
+    "landmark-epochs": (landmark_epochs, "compute/apps/landmarks.py"),
 }
 
 

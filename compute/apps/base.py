@@ -58,17 +58,26 @@ class Neighbors(Protocol):
         """The neighbors of every frontier vertex (int64, any order), and for each its position in ``frontier``."""
         ...
 
+    @property
+    def extent(self) -> int:
+        """What reading every row takes."""
+        ...
+
     def reach(self, frontier: np.ndarray) -> np.ndarray:
-        """How many entries reading each frontier row takes (at least its neighbors)."""
+        """About what reading each frontier row takes."""
         ...
 
 
 def neighbors_in_slices(adj: Neighbors, frontier: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:meth:`Neighbors.neighbors` of ``frontier`` as consecutive slices of its rows, each reading about
-    :data:`READ_ENTRIES` entries at most (a row with more is a slice of its own); positions are in ``frontier``."""
+    :data:`READ_ENTRIES` entries at most (a row with more is a slice of its own); positions are in ``frontier``.
+    One read where the whole graph is not more (nothing to work out for the many small frontiers of a repair)."""
     f = np.asarray(frontier, dtype=np.int64)
-    ends = np.cumsum(adj.reach(f)) if len(f) > 1 else np.zeros(len(f), dtype=np.int64)
-    if not len(f) or ends[-1] <= READ_ENTRIES:
+    if len(f) <= 1 or adj.extent <= READ_ENTRIES:
+        yield adj.neighbors(f)
+        return
+    ends = np.cumsum(adj.reach(f))
+    if ends[-1] <= READ_ENTRIES:
         yield adj.neighbors(f)
         return
     cuts = np.searchsorted(ends, np.arange(READ_ENTRIES, int(ends[-1]), READ_ENTRIES, dtype=np.int64), side="right")
@@ -88,6 +97,10 @@ class CSR:
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nbrs, owner = expand(self.indptr, self.indices, np.asarray(frontier, dtype=np.int64))
         return nbrs.astype(np.int64), owner
+
+    @property
+    def extent(self) -> int:
+        return len(self.indices)
 
     def reach(self, frontier: np.ndarray) -> np.ndarray:
         f = np.asarray(frontier, dtype=np.int64)

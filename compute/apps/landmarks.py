@@ -127,13 +127,18 @@ def _bfs_lanes(adj: Neighbors, sources: np.ndarray, n: int, dist: np.ndarray) ->
         if not any(len(f) for f in found):
             break
         scan = sum(len(f) for f in found) > _SCAN_SHARE * n
-        frontier = np.flatnonzero(gained) if scan else unique(np.concatenate(found))
+        frontier = np.flatnonzero(gained) if scan else unique(_joined(found))
         del found
         reached = gained[frontier]
         gained[frontier] = 0
         seen[frontier] |= reached
         for i, _ in lanes:
             dist[i, frontier[(reached >> mask(i)) & one != 0]] = level
+
+
+def _joined(slices: list[np.ndarray]) -> np.ndarray:
+    """The slices' arrays as one (no copy for the one slice of a frontier read whole)."""
+    return slices[0] if len(slices) == 1 else np.concatenate(slices)
 
 
 def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.ndarray, written: list | None = None) -> None:
@@ -158,7 +163,7 @@ def relax(adj: Neighbors, dist: np.ndarray, seeds: np.ndarray, seed_dist: np.nda
             nbrs, cand = nbrs[improves], cand[improves]
             np.minimum.at(dist, nbrs, cand.astype(dist.dtype))
             lowered.append(nbrs)
-        frontier = unique(np.concatenate(lowered))
+        frontier = unique(_joined(lowered))
 
 
 def repair(fwd: Neighbors, back: Neighbors, dist: np.ndarray, suspects: np.ndarray, written: list | None = None) -> int:

@@ -293,14 +293,17 @@ class RowTable:
 
     # -- reading ------------------------------------------------------------------------------
 
+    @property
+    def extent(self) -> int:
+        """What a read of every row would take: the base's entries, dead ones too, and the overlay's."""
+        return len(self.col) + len(self.ov_key)
+
     def reach(self, frontier: np.ndarray) -> np.ndarray:
-        """How many entries each frontier row holds, its dead ones counted: what :meth:`neighbors` reads of it."""
+        """The base entries of each frontier row, its dead ones counted: what :meth:`neighbors` reads of it, but for
+        the overlay's (a bounded share of the base: ``compact_fraction``), left out so that this costs two gathers."""
         f = np.asarray(frontier, dtype=np.int64)
         nb = len(self.ptr) - 1
-        out = self.ptr[np.minimum(f + 1, nb)] - self.ptr[np.minimum(f, nb)]
-        if len(self.ov_key):
-            out += np.searchsorted(self.ov_key, (f + 1) << _SHIFT) - np.searchsorted(self.ov_key, f << _SHIFT)
-        return out
+        return self.ptr[np.minimum(f + 1, nb)] - self.ptr[np.minimum(f, nb)]
 
     def neighbors(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The cols of the live entries of every frontier row (int64, in no particular order), and for
