@@ -274,8 +274,7 @@ class Pipeline:
             config=stage_config, restore=restore_ids, whole=whole, log_level=s.log_level, checked=True,
         )
         self._partitions = self.compute.owned_actors.remote() if parts > 1 else None
-        # SPREAD: shards and ingest actors go to as many nodes as there are; Ray places a relaunched set on the
-        # nodes still alive. The coordinator holds no data and needs no CPU of its own.
+        # SPREAD: shards and ingest actors over every node (a relaunch: those alive); the coordinator needs no CPU of its own.
         spread_out = {"scheduling_strategy": "SPREAD"}
         self.shards = [
             ShardActor.options(**spread_out).remote(  # type: ignore[attr-defined]
@@ -338,24 +337,25 @@ class Pipeline:
             return []
 
     def _teardown(self) -> None:
-        """Kill every actor at once, as a crash would, and wait until they are dead: ``ray.kill`` is
-        asynchronous, and a coordinator still alive could append to the epoch log after the next
-        generation read it. What survives is on disk."""
+        """Kill every actor, as a crash would, and wait until they are dead (``ray.kill`` is asynchronous: a coordinator still
+        alive could append to the epoch log after the next generation read it). The coordinator goes first: alive while the
+        compute actor goes, it logs that as a failed epoch. What survives is on disk."""
         owned = self._owned_actors()
-        actors = [a for a in [*self.ingest, self.coordinator, *self.shards, self.compute, *owned] if a is not None]
-        for actor in actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        rest = [a for a in [*self.ingest, *self.shards, self.compute, *owned] if a is not None]
         deadline = time.monotonic() + TEARDOWN_TIMEOUT_S
-        for actor in actors:
-            while time.monotonic() < deadline:
+        for actors in ([self.coordinator] if self.coordinator is not None else [], rest):
+            for actor in actors:
                 try:
-                    ray.get(actor.__ray_ready__.remote(), timeout=TEARDOWN_TIMEOUT_S)
-                except (RayActorError, GetTimeoutError):
-                    break
-                time.sleep(0.05)
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            for actor in actors:
+                while time.monotonic() < deadline:
+                    try:
+                        ray.get(actor.__ray_ready__.remote(), timeout=TEARDOWN_TIMEOUT_S)
+                    except (RayActorError, GetTimeoutError):
+                        break
+                    time.sleep(0.05)
         self.ingest, self.shards, self.coordinator, self.compute = [], [], None, None
 
     def _relaunch(self, why: str, seen: int | None = None) -> None:
