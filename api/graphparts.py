@@ -276,6 +276,11 @@ class PartitionedGraph:
         if self._each("apply", [(epoch, rows, full, since) for rows in rows_of(ch, self.parts)]):
             self._lost = None
 
+    @property
+    def lost(self) -> str | None:
+        """Why the view is not whole (None: it is): a part died, or parts replaced the ones that held it."""
+        return self._lost
+
     def wants_whole(self) -> bool:
         """New parts that hold nothing yet: given the epochs the API has, only the compute stage's graph whole
         fills them (:meth:`pulsegraph.api.feed.ResultFeed.poll` asks for it), not the next epoch's changes."""

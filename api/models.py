@@ -183,6 +183,13 @@ class HealthResultLag(HealthPause):
     over: bool = Field(description="over the bound: ingest is paused until ranking catches up")
 
 
+class HealthGraphView(BaseModel):
+    parts: int = Field(description="the part actors the API's graph view is split over (--compute-partitions)")
+    epoch: int = Field(description="the newest epoch it holds (0: none yet)")
+    lost: str | None = Field(None, description="why the graph routes answer 503 graph_view_lost now: a part died, and new "
+                             "parts are filled with the compute stage's graph once the relaunch has caught up; null: whole")
+
+
 class Health(BaseModel):
     status: str
     epoch: int
@@ -193,6 +200,9 @@ class Health(BaseModel):
     result_lag: HealthResultLag | None = Field(
         None, description="how far ranked results are behind the cuts (null until this run ranked an epoch); over "
         "--max-result-lag, ingest is paused")
+    graph_view: HealthGraphView | None = Field(
+        None, description="the API's graph view in parts of its own (--compute-partitions above 1; null: in the API process); "
+        "while it is lost, status is degraded")
 
 
 class HistoryPoint(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from pulsegraph.api.deps import JSON, Context, Ctx
+from pulsegraph.api.graphparts import PartitionedGraph
 from pulsegraph.api.models import Health
 
 # /health names a bound as saturated from this share of it on: the pushback is near.
@@ -27,6 +28,11 @@ async def health(ctx: Ctx) -> JSON:
     if ctx.status is not None:
         # "degraded" while the ingest is disconnected, recovering or failed; the API itself still serves.
         body.update(ctx.status())
+    graph = ctx.store.graph
+    if isinstance(graph, PartitionedGraph):
+        body["graph_view"] = {"parts": graph.parts, "epoch": graph.epoch, "lost": graph.lost}
+        if graph.lost is not None and body["status"] == "ok":
+            body["status"] = "degraded"  # the graph routes answer 503 until new parts are filled
     body["edge"] = edge_stats(ctx)
     if ctx.alerts is not None:
         body["alerts"] = ctx.alerts.stats()

@@ -144,6 +144,28 @@ def test_a_lost_part_answers_503_until_new_parts_take_a_whole_epoch():
     assert not parted.wants_whole() and not whole.wants_whole()
 
 
+def test_health_says_while_the_graph_view_is_lost():
+    from fastapi.testclient import TestClient
+
+    from pulsegraph.api.app import create_app
+    from pulsegraph.api.store import ResultStore
+
+    epochs = random_epochs(2, seed=8, vertices=VERTICES)
+    dying = _Dying(2)
+    parted = PartitionedGraph(dying)
+    with TestClient(create_app(ResultStore(retain=4, graph=parted))) as client:
+        parted.apply(1, as_changes(epochs[0][0]))
+        body = client.get("/health").json()
+        assert body["status"] == "ok" and body["graph_view"] == {"parts": 2, "epoch": 1, "lost": None}
+        dying.dead = True
+        parted.apply(2, as_changes(epochs[1][0]))  # the feed's next epoch finds the part dead
+        body = client.get("/health").json()
+        assert body["status"] == "degraded" and body["graph_view"]["lost"] == "part 1 died"
+        parted.replace(LocalParts(2))
+        parted.apply(2, as_changes(epochs[1][1]), full=True)  # filled with the compute stage's graph
+        assert client.get("/health").json()["graph_view"] == {"parts": 2, "epoch": 2, "lost": None}
+
+
 def test_parts_replaced_before_a_call_found_one_dead_hold_nothing_until_a_whole_graph():
     """The relaunch found a part dead (``GraphParts.ensure``) before any read or epoch did: the new parts are
     lost all the same, not a view that goes on from the next epoch's changes."""
