@@ -110,7 +110,7 @@ def spawn_graph_parts(parts: int, retain: int, log_level: str = "INFO", spill: P
 class GraphParts:
     """The service's graph view parts: made at the first launch, made again at a relaunch where one died."""
 
-    def __init__(self, parts: int, folder: Path, retain: int, log_level: str, relaunch: Callable[[str], None]) -> None:
+    def __init__(self, parts: int, folder: Path, retain: int, log_level: str, relaunch: Callable[..., None]) -> None:
         """``folder``: where a clean stop's parts keep their files (the result archive's); the parts' cold undo records
         are in its ``view-parts`` folder while they run."""
         self._parts, self._retain, self._log_level, self._relaunch = parts, retain, log_level, relaunch
@@ -122,21 +122,17 @@ class GraphParts:
         request's, and a relaunch waits for neither); the API's feed fills new parts with the compute stage's
         graph whole. None is due once new parts replaced these (a relaunch for the same loss came first)."""
         port = self.graph.port
-
-        def relaunch() -> None:
-            if self.graph.port is port:
-                self._relaunch(why)
-
-        threading.Thread(target=relaunch, name="graph-part-lost", daemon=True).start()
+        threading.Thread(target=self._relaunch, args=(why,), kwargs={"due": lambda: self.graph.port is port},
+                         name="graph-part-lost", daemon=True).start()
 
     @classmethod
-    def of(cls, settings: Settings, folder: Path, relaunch: Callable[[str], None]) -> GraphParts | None:
+    def of(cls, settings: Settings, folder: Path, relaunch: Callable[..., None]) -> GraphParts | None:
         """The service's parts with ``--compute-partitions`` above 1; None (the API keeps the view) with one."""
         s = settings
         return cls(s.compute_partitions, folder, s.retain_epochs, s.log_level, relaunch) if s.compute_partitions > 1 else None
 
     def ensure(self) -> None:
-        """Parts that all answer: the ones there are, or new ones (the view is whole again with the next whole epoch)."""
+        """Parts that all answer: the ones there are, or new ones (the feed fills them with the compute stage's graph whole)."""
         port = self.graph.port
         if isinstance(port, RayGraphParts) and port.alive():
             return

@@ -65,6 +65,8 @@ class Supervisor:
             if not p._launched.is_set():
                 continue
             seen = p.recoveries  # a relaunch on another thread (a lost graph view part's) meanwhile makes this one moot
+            if p._lifecycle.locked():
+                continue  # a relaunch or the stop is under way: the actors are being replaced
             try:
                 status = p.poll_status()
                 p._status = {**status, **self.check_backpressure(status)}
@@ -77,7 +79,7 @@ class Supervisor:
                 log.warning("an actor did not answer the status poll within %.0f s", STATUS_TIMEOUT_S)
                 continue
             except Exception:  # noqa: BLE001 - keep the last status; report what failed
-                if p.recoveries == seen:  # not a poll that met the actors a relaunch was taking down
+                if p.recoveries == seen and not p._lifecycle.locked():  # not actors a relaunch was taking down
                     log.exception("pipeline status poll failed")
                 continue
             lost = lost or self.topic_changed()

@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -358,12 +358,12 @@ class Pipeline:
                     time.sleep(0.05)
         self.ingest, self.shards, self.coordinator, self.compute = [], [], None, None
 
-    def _relaunch(self, why: str, seen: int | None = None) -> None:
-        """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source. ``seen``:
-        :attr:`recoveries` when the loss was found (default: now); a relaunch since then made every actor anew."""
+    def _relaunch(self, why: str, seen: int | None = None, due: Callable[[], bool] = lambda: True) -> None:
+        """An actor died or an epoch failed: rebuild every actor from the newest checkpoint and the source, unless a relaunch
+        since the loss was found (``seen``: :attr:`recoveries` then; default now) or ``due`` says one made this moot."""
         seen = self.recoveries if seen is None else seen
         with self._lifecycle:
-            if not self._stop.is_set() and self.recoveries == seen:
+            if not self._stop.is_set() and self.recoveries == seen and due():
                 self._relaunch_locked(why)
 
     def _relaunch_locked(self, why: str) -> None:
