@@ -126,7 +126,7 @@ class GraphPart:
         """Read the undo record of ``epoch``, no longer the newest, from a file of its own from now on (memory-mapped)."""
         rec = self.graph.undo_record(epoch) if self.spill is not None and epoch else None
         if self.spill is not None and rec is not None and len(rec["slots"]):
-            path = self.spill / f"epoch-{epoch:012d}.undo"
+            path = self._spilled_file(epoch)
             try:
                 write_mapped(path, rec)
                 mapped = read_mapped(path, verify=False)
@@ -139,11 +139,15 @@ class GraphPart:
                     path.unlink(missing_ok=True)
         self._drop_spilled()
 
+    def _spilled_file(self, epoch: int) -> Path:
+        assert self.spill is not None  # only a part with a spill folder writes records out
+        return self.spill / f"epoch-{epoch:012d}.undo"
+
     def _drop_spilled(self) -> None:
         """Remove the files of the undo records the view no longer retains (their maps go with the records)."""
         kept = set(self.graph.undo_epochs())
-        while self._spilled and self._spilled[0] not in kept and self.spill is not None:
-            (self.spill / f"epoch-{self._spilled.pop(0):012d}.undo").unlink(missing_ok=True)
+        while self._spilled and self._spilled[0] not in kept:
+            self._spilled_file(self._spilled.pop(0)).unlink(missing_ok=True)
 
     def neighbors_many(self, vertices: list[int], direction: str, epoch: int) -> list[Edges] | None:
         """The edges of ``vertices`` as of ``epoch``; None when this part no longer keeps it (a retention

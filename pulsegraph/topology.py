@@ -27,7 +27,7 @@ from pulsegraph.api.feed import ResultFeed
 from pulsegraph.api.store import EpochView, ResultStore
 from pulsegraph.api.viewfile import VIEW_WAIT_S, ViewReader, save_view
 from pulsegraph.compute.actor import ComputeActor
-from pulsegraph.compute.partition_actor import check_gpus
+from pulsegraph.compute.partition_actor import check_gpus, kill_quietly
 from pulsegraph.compute.stage import StageConfig, fingerprint
 from pulsegraph.errors import PulsegraphError
 from pulsegraph.graph_parts import GraphParts
@@ -344,11 +344,7 @@ class Pipeline:
         rest = [a for a in [*self.ingest, *self.shards, self.compute, *owned] if a is not None]
         deadline = time.monotonic() + TEARDOWN_TIMEOUT_S
         for actors in ([self.coordinator] if self.coordinator is not None else [], rest):
-            for actor in actors:
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+            kill_quietly(actors)
             for actor in actors:
                 while time.monotonic() < deadline:
                     try:
