@@ -91,8 +91,13 @@ def api_edges(p: Pipeline, epoch: int) -> dict[tuple[str, str, str], tuple[int, 
     while p.store.graph.epoch < epoch:  # new parts (the old were lost) fill once the compute stage hands its graph over
         assert time.monotonic() < deadline, f"the API's graph view is at epoch {p.store.graph.epoch}, never {epoch}"
         time.sleep(0.1)
+    # Parts filled whole after a relaunch keep edges only from the epoch they were filled at. A relaunch near the
+    # stream's end may re-cut the same vector as a later epoch: that is the same graph, so it is read there.
+    at = max(epoch, p.store.graph.kept_from)
+    if at != epoch:
+        assert p.store.get(at).result.vector == p.store.get(epoch).result.vector, f"epoch {epoch}'s edges are not kept"
     names, types, n = p.store.names, p.store.types, len(p.store.names)
-    out, into = (p.store.graph.neighbors_many(list(range(n)), way, epoch) for way in ("out", "in"))
+    out, into = (p.store.graph.neighbors_many(list(range(n)), way, at) for way in ("out", "in"))
     edges = {(names[v], names[o], types[t]): (m, w) for v in range(n) for o, t, m, w in zip(*(a.tolist() for a in out[v]))}
     assert edges == {(names[o], names[v], types[t]): (m, w) for v in range(n) for o, t, m, w in zip(*(a.tolist() for a in into[v]))}
     return edges
