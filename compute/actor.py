@@ -39,7 +39,7 @@ from pathlib import Path
 import ray
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
-from pulsegraph.compute.apps_actor import RayApplications, spawn_apps, start_apps_of
+from pulsegraph.compute.apps_actor import ApplicationGroups, RayApplications, spawn_apps, start_apps_of
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.ids import NameChanges
 from pulsegraph.compute.partition_actor import RayPartitions, ray_rank_engine, start_partitions_of
@@ -134,7 +134,7 @@ class ComputeActor:
         self._stage = ComputeStage.made(config, saved, factory, whole, folder, started, apps_factory, started_apps)
         if whole:
             beside = [what for what, taken in ((f"{config.partitions} partition actors", started and not started.actors),
-                                               ("the applications' actor", started_apps and started_apps.actor is None)) if taken]
+                                               ("the applications' actors", started_apps and not started_apps.actors)) if taken]
             log.info("compute stage read back whole at epoch %d in %.1f s: %d vertices, %d live edges%s",
                      self._stage.epoch, time.perf_counter() - t0, self._stage.graph.n, self._stage.graph.live_edges(),
                      f" ({' and '.join(beside)} started beside it)" if beside else "")
@@ -308,11 +308,11 @@ class ComputeActor:
         return self._stage.backend_name
 
     def owned_actors(self) -> list:
-        """The handles of the partition actors ranking for this one and of its applications' actor (none with
+        """The handles of the partition actors ranking for this one and of its applications' actors (none with
         one partition), so that the wiring can kill them with the rest and wait for their end."""
         port, apps = getattr(self._stage.engine, "port", None), self._stage.apps
         return [*(port.actors if isinstance(port, RayPartitions) else []),
-                *([apps.actor] if isinstance(apps, RayApplications) else [])]
+                *(apps.actors if isinstance(apps, RayApplications | ApplicationGroups) else [])]
 
     def partition_memory(self) -> list[dict[str, int]]:
         """Each partition actor's resident set, its peak and the bytes its partition holds."""

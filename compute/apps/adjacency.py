@@ -43,10 +43,15 @@ class AppAdjacency:
     ``out`` holds (src, dst) -> live typed edges of the pair, ``inn`` the same pairs keyed (dst, src);
     a pair is there while at least one of its typed edges is live. Per edge type asked for through
     :meth:`typed`, a table of its live edges (src, dst), with (multiplicity, first add time) when
-    they were asked for."""
+    they were asked for. With ``pairs`` False (applications that read typed edges only, in an actor of their
+    own) the pair tables and degrees stay empty: asking for them is a bug."""
 
-    def __init__(self, compact_fraction: float = COMPACT_FRACTION, compact_min: int = COMPACT_MIN) -> None:
+    pairs = True  # the default of an adjacency pickled before it could go without them
+
+    def __init__(self, compact_fraction: float = COMPACT_FRACTION, compact_min: int = COMPACT_MIN,
+                 pairs: bool = True) -> None:
         self._kw: dict = {"compact_fraction": compact_fraction, "compact_min": compact_min}
+        self.pairs = pairs
         self.n = 0
         # A pair's count of live typed edges is at most the number of edge types (int16 ids).
         self.out = RowTable({"count": np.int16}, **self._kw)
@@ -67,6 +72,13 @@ class AppAdjacency:
     def rebuild(self, g: LiveGraph) -> None:
         """Every table from the graph's columns (the typed ones asked for so far, too)."""
         self.builds += 1
+        self.n = g.n
+        if self.pairs:
+            self._rebuild_pairs(g)
+        for name in list(self._typed):
+            self._typed[name] = self._typed_from(g, name, bool(self._typed[name].dtypes))
+
+    def _rebuild_pairs(self, g: LiveGraph) -> None:
         n = g.n
         src, dst, _ = g.live()
         # SciPy's COO -> CSR is a counting sort by row (O(edges + vertices)), then a sort within rows.
@@ -80,9 +92,6 @@ class AppAdjacency:
         self._out_deg, self._in_deg = Column(np.int32), Column(np.int32)
         self._out_deg.extend(np.diff(m.indptr).astype(np.int32))
         self._in_deg.extend(np.diff(t.indptr).astype(np.int32))
-        self.n = n
-        for name in list(self._typed):
-            self._typed[name] = self._typed_from(g, name, bool(self._typed[name].dtypes))
 
     def _typed_from(self, g: LiveGraph, etype: str, values: bool) -> RowTable:
         """The live edges of one type, gathered from the shards' columns (with their multiplicity and
@@ -99,7 +108,7 @@ class AppAdjacency:
         if not len(changes):
             return
         step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
-        moved = np.flatnonzero(step)
+        moved = np.flatnonzero(step) if self.pairs else step[:0]
         if len(moved):
             # Rows are edges, not slots (pulsegraph.compute.changes.by_edge: a reused slot comes as two rows), so a
             # row's before and after name one pair and the new state's pair is the row's either way.
@@ -148,9 +157,10 @@ class AppAdjacency:
     def _grow(self, n: int) -> None:
         if n <= self.n:
             return
-        for deg in (self._out_deg, self._in_deg):
+        pairs = (self.out, self.inn) if self.pairs else ()
+        for deg in (self._out_deg, self._in_deg) if self.pairs else ():
             deg.extend(np.zeros(n - len(deg), dtype=np.int32))
-        for table in (self.out, self.inn, *self._typed.values()):
+        for table in (*pairs, *self._typed.values()):
             table.grow(n)
         self.n = n
 
@@ -168,10 +178,17 @@ class AppAdjacency:
 
     def out_degree(self) -> np.ndarray:
         """Distinct pairs out of each vertex (a view: read only)."""
+        self.require_pairs()
         return self._out_deg.view[: self.n]
 
     def in_degree(self) -> np.ndarray:
+        self.require_pairs()
         return self._in_deg.view[: self.n]
+
+    def require_pairs(self) -> None:
+        if not self.pairs:
+            raise ComputeError("an application read the distinct pairs of an adjacency kept without them (a bug: "
+                               "its reads_pairs is False)")
 
     def nbytes(self) -> int:
         return (self.out.nbytes() + self.inn.nbytes() + sum(t.nbytes() for t in self._typed.values())

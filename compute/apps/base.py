@@ -129,11 +129,13 @@ class AppGraph:
     @property
     def out(self) -> Neighbors:
         """Distinct out-neighbors over every live edge type."""
+        self.adjacency.require_pairs()
         return self.adjacency.out
 
     @property
     def inn(self) -> Neighbors:
         """Distinct in-neighbors over every live edge type."""
+        self.adjacency.require_pairs()
         return self.adjacency.inn
 
     def out_degree(self) -> np.ndarray:
@@ -145,6 +147,7 @@ class AppGraph:
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) of every distinct live pair, sorted."""
+        self.adjacency.require_pairs()
         rows, cols, _ = self.adjacency.out.entries()
         return rows, cols
 
@@ -298,6 +301,10 @@ class Application(abc.ABC):
 
     name: str = ""
     result: type[AppResult] = AppResult
+    # What of the graph it reads besides the typed edge tables: the distinct pairs (AppGraph.out, inn, the degrees),
+    # the vertex names. Where the applications run in actors of their own, one that reads neither holds neither.
+    reads_pairs: bool = True
+    reads_names: bool = False
 
     @abc.abstractmethod
     def initialize(self, graph: AppGraph) -> Any:

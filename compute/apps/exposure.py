@@ -308,6 +308,8 @@ class _Counted:
 
 class Exposure(Application):
     name = "topics"
+    reads_pairs = False
+    reads_names = True
     result = TopicsResult
 
     def __init__(self, budget: float | None = None) -> None:

@@ -34,6 +34,7 @@ from pulsegraph.compute.apps.landmarks import Landmarks
 from pulsegraph.compute.apps.trends import Trends
 from pulsegraph.compute.apps.view import AppsInput, AppsView, LiveGraph
 from pulsegraph.compute.changes import EdgeChanges
+from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,9 @@ class AppConfig:
     # True: build the adjacency from the graph every epoch, as before it was kept (the reference
     # path: tests and bench/replay.py --rebuild-apps compare with it).
     rebuild_every_epoch: bool = False
+    # The applications run, by name (empty: all): one group of them where they are split over actors of
+    # their own (pulsegraph.compute.apps_actor.APP_GROUPS).
+    only: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings) -> AppConfig:
@@ -88,10 +92,18 @@ APP_SETTINGS = ("landmarks", "landmark_drift", "topics_budget")
 
 
 class Applications:
+    pairs = True  # the default of applications pickled before they could run without the distinct pairs
+
     def __init__(self, config: AppConfig | None = None) -> None:
         c = config or AppConfig()
-        self.exposure = Exposure(c.topics_budget)
-        self.apps: list[Application] = [Components(), Trends(), self.exposure, Landmarks(c.landmarks, c.landmark_drift)]
+        every: list[Application] = [Components(), Trends(), Exposure(c.topics_budget), Landmarks(c.landmarks, c.landmark_drift)]
+        unknown = set(c.only) - {app.name for app in every}
+        if unknown:
+            raise ComputeError(f"no application is named {sorted(unknown)}")
+        self.apps = [app for app in every if not c.only or app.name in c.only]
+        self.exposure = next((app for app in self.apps if isinstance(app, Exposure)), None)
+        # Applications that read typed edges only (trends, K-exposure) need no table of the distinct pairs.
+        self.pairs = any(app.reads_pairs for app in self.apps)
         self.states: dict[str, Any] = {}
         self.ms: dict[str, float] = {}
         self.config = c
@@ -105,7 +117,8 @@ class Applications:
         adj = self.adjacency
         if adj is None or full or self.config.rebuild_every_epoch:
             c = self.config
-            adj = self.adjacency = AppAdjacency.from_graph(g, compact_fraction=c.compact_fraction, compact_min=c.compact_min)
+            adj = self.adjacency = AppAdjacency.from_graph(g, compact_fraction=c.compact_fraction, compact_min=c.compact_min,
+                                                           pairs=self.pairs)
         else:
             adj.apply(g, changes, before)
         graph = AppGraph(g, epoch, adj, dict(scores or {}))
@@ -128,11 +141,11 @@ class Applications:
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps: the adoption stamps (everything else is recomputed from the graph)."""
-        st = self.states.get(self.exposure.name)
+        st = None if self.exposure is None else self.states.get(self.exposure.name)
         return {"topics": Exposure.state_dict(st)} if st is not None else {}
 
     def restore(self, saved: dict | None) -> None:
-        if saved and "topics" in saved:
+        if saved and "topics" in saved and self.exposure is not None:
             self.exposure.restore(saved["topics"])
 
 
@@ -161,7 +174,7 @@ class AppsHost:
     def __init__(self, config: AppConfig | None = None, saved: dict | None = None) -> None:
         self.apps = Applications(config)
         self.apps.restore(saved)
-        self.view = AppsView()
+        self.view = AppsView(names=any(app.reads_names for app in self.apps.apps))
 
     def take(self, inp: AppsInput) -> tuple[dict[str, AppResult], dict[str, float]]:
         """Run the applications on ``inp``'s epoch; their results and the milliseconds each took."""

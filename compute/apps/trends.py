@@ -32,6 +32,7 @@ class TrendsResult(AppResult):
 
 class Trends(Application):
     name = "trends"
+    reads_pairs = False
     result = TrendsResult
 
     def initialize(self, graph: AppGraph) -> TrendsState:

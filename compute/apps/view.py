@@ -93,10 +93,14 @@ class AppsInput:
 
 
 class AppsView:
-    """:class:`LiveGraph` kept from :class:`AppsInput` after :class:`AppsInput`, in the applications' actor."""
+    """:class:`LiveGraph` kept from :class:`AppsInput` after :class:`AppsInput`, in the applications' actor.
+    With ``names`` False it counts the vertices and keeps none of their names (~70 bytes a vertex): for
+    applications that read none (their ``reads_names``); :attr:`names` is then empty."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: bool = True) -> None:
+        self.keeps_names = names
         self.names: list[str] = []
+        self._n = 0
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
         self.windowed = False
@@ -104,16 +108,21 @@ class AppsView:
         self._last_seen = Column(np.float64)
         self._whole: EdgeChanges | None = None
 
+    def __setstate__(self, state: dict) -> None:
+        # A view pickled before it could go without names kept them all (a checkpoint of an earlier version).
+        self.__dict__.update({"keeps_names": True, "_n": len(state.get("names", ())), **state})
+
     @property
     def n(self) -> int:
-        return len(self.names)
+        return self._n
 
     def take(self, inp: AppsInput) -> None:
         """The graph's facts as of ``inp``'s epoch (its whole live graph, if sent, until :meth:`release`)."""
         c = inp.names
-        if c.start == 0:
+        self._n = c.start + len(c.names)
+        if self.keeps_names and c.start == 0:
             self.names = list(c.names)
-        else:
+        elif self.keeps_names:
             for i, name in zip(c.ids.tolist(), c.renamed):
                 self.names[i] = name
             del self.names[c.start:]

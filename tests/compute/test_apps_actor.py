@@ -1,11 +1,12 @@
-"""The applications in an actor of their own publish, epoch for epoch, what they publish inside the compute stage.
+"""The applications in actors of their own publish, epoch for epoch, what they publish inside the compute stage.
 
-With ``--compute-partitions`` above 1 the compute actor runs them in an
-:class:`~pulsegraph.compute.apps_actor.AppsActor`, fed each epoch with the edge changes and what the graph's
-names, presence and ``last_seen`` attributes did (:class:`~pulsegraph.compute.apps.view.AppsInput`), never the
-graph itself but for a rebuild. These run a real actor beside a stage that keeps them in process, over the
-same sealed epochs: plain tweets, windows that give vertex ids back and reuse them, epochs merged several at
-a time, and a consumer's request for whole arrays; then the actor's file in a checkpoint written whole.
+With ``--compute-partitions`` above 1 the compute actor runs them in two
+:class:`~pulsegraph.compute.apps_actor.AppsActor` (the graph's applications and the topics'), each fed each epoch
+with the edge changes and what the graph's names, presence and ``last_seen`` attributes did
+(:class:`~pulsegraph.compute.apps.view.AppsInput`), never the graph itself but for a rebuild. These run real
+actors beside a stage that keeps them in process, over the same sealed epochs: plain tweets, windows that give
+vertex ids back and reuse them, epochs merged several at a time, and a consumer's request for whole arrays; then
+the actors' files in a checkpoint written whole (and the one file of a checkpoint with one actor for them all).
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import pytest
 import ray
 
 from pulsegraph.compute.apps.runner import AppConfig, Applications
-from pulsegraph.compute.apps_actor import APPS_FILE, AppsLost, RayApplications, spawn_apps, start_apps_of
+from pulsegraph.compute.apps_actor import (
+    APP_GROUPS,
+    APPS_FILE,
+    ApplicationGroups,
+    AppsLost,
+    RayApplications,
+    spawn_actor,
+    spawn_apps,
+    start_apps_of,
+)
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from tests.compute.test_stage import published, sealed
@@ -34,8 +44,13 @@ def same(got, want) -> None:
     assert got.apps_ms.keys() == want.apps_ms.keys()
 
 
-def in_actor(**kw) -> ComputeStage:
-    return ComputeStage(apps_factory=lambda config, state: spawn_apps(config, state), **kw)
+def in_actor(spawn=spawn_apps, **kw) -> ComputeStage:
+    return ComputeStage(apps_factory=lambda config, state: spawn(config, state), **kw)
+
+
+def kill(port) -> None:
+    for actor in port.actors:
+        ray.kill(actor, no_restart=True)
 
 
 def timeless(epochs: list[SealedEpoch]) -> list[SealedEpoch]:
@@ -58,8 +73,18 @@ def test_tweets_merged_one_or_several_epochs_at_a_time(ray_cluster, seed, times)
         got, want = outside.apps.state_dict()["topics"], inside.apps.state_dict()["topics"]
         assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
         assert times or (want["times"] > 0).any(), "no tagging was stamped with a last_seen"
+        # Each actor keeps only the tables its applications read: the topics' no distinct pairs, the graph's no
+        # typed edges, and no names.
+        hosts = {name: ray.get(a.__ray_call__.remote(lambda actor: actor._host))
+                 for name, a in zip(APP_GROUPS.values(), outside.apps.actors)}
+        graph, topics = hosts[("components", "landmarks")], hosts[("trends", "topics")]
+        assert [a.name for a in graph.apps.apps] == ["components", "landmarks"] and not graph.view.names
+        assert graph.apps.adjacency.pairs and not graph.apps.adjacency._typed and graph.apps.adjacency.out.nbytes()
+        assert [a.name for a in topics.apps.apps] == ["trends", "topics"] and topics.view.names == inside.graph.names
+        assert not topics.apps.adjacency.pairs and not len(topics.apps.adjacency.out.entries()[0])
+        assert set(topics.apps.adjacency._typed) == {"tags", "mentions"}
     finally:
-        ray.kill(outside.apps.actor)
+        kill(outside.apps)
 
 
 @pytest.mark.parametrize("seed,reuse_after", [(0, None), (3, 1), (4, 1)])
@@ -72,51 +97,55 @@ def test_windows_that_give_ids_back_and_reuse_them(ray_cluster, seed, reuse_afte
             got, want = outside.apply([e]), inside.apply([e])
             same(got, want)
             # The actor's copy of what the graph says (names renamed with reused ids, presence, last_seen).
-            view = ray.get(outside.apps.actor.__ray_call__.remote(lambda actor: actor._host.view))
             g = inside.graph
-            assert view.names == g.names and view.n == g.n
-            assert view.present().tolist() == g.present().tolist()
-            assert view.last_seen(np.arange(g.n)).tolist() == g.last_seen(np.arange(g.n)).tolist()
+            for actor in outside.apps.actors:
+                view = ray.get(actor.__ray_call__.remote(lambda actor: actor._host.view))
+                assert view.names == (g.names if view.keeps_names else []) and view.n == g.n
+                assert view.present().tolist() == g.present().tolist()
+                assert view.last_seen(np.arange(g.n)).tolist() == g.last_seen(np.arange(g.n)).tolist()
             reused += len(inside.graph.name_changes(e.info.epoch - 1, inside.graph.n).ids)
     finally:
-        ray.kill(outside.apps.actor)
+        kill(outside.apps)
     assert reuse_after is None or reused, "no id was reused: the test proves nothing about renames"
 
 
-def test_the_actor_written_whole_is_read_back_by_a_new_one_and_goes_on(ray_cluster, tmp_path):
-    """A clean stop's checkpoint holds the applications in a file of the actor's own; the stage read back makes a
-    new actor from it, which publishes what the applications that went on publish. Read back with another config,
-    only its ids and the applications' state go on, as from any checkpoint."""
+@pytest.mark.parametrize("spawn,files,port", [(spawn_apps, list(APP_GROUPS), ApplicationGroups),
+                                               (spawn_actor, [APPS_FILE], RayApplications)], ids=["two actors", "one"])
+def test_the_actors_written_whole_are_read_back_by_new_ones_and_go_on(ray_cluster, tmp_path, spawn, files, port):
+    """A clean stop's checkpoint holds the applications in a file for each actor; the stage read back makes new
+    actors from them, which publish what the applications that went on publish. Read back with another config,
+    only its ids and the applications' state go on, as from any checkpoint. One actor for them all, as an earlier
+    version ran them, is read back the same way from its one file."""
     epochs = timeless(sealed(2))
     config = StageConfig()
-    going, stopped = in_actor(), in_actor()
+    going, stopped = in_actor(spawn), in_actor(spawn)
     again = None
     try:
         for e in epochs[:6]:
             going.apply([e])
             stopped.apply([e])
         written = stopped.write_checkpoint(6, str(tmp_path), fingerprint(config))
-        assert [name for name, _ in written.files] == [APPS_FILE]
+        assert [name for name, _ in written.files] == files
         stamps = stopped.apps.state_dict()["topics"]  # taggings without edge times
-        ray.kill(stopped.apps.actor)
+        kill(stopped.apps)
         folder = CheckpointStore(tmp_path).folder(6)
         saved = loads(read_verified(folder / "compute.ckpt", written.digest))
         assert start_apps_of(folder, CheckpointStore.compute_files_in(folder), AppConfig()) is None  # no manifest names its file: made once the stage is read
         CheckpointStore(tmp_path).commit(6, {}, {}, {}, written.digest, compute_whole=written.whole, compute_files=dict(written.files))
-        # Started from the manifest's file with another config: not taken, and a new actor made instead.
-        files = CheckpointStore.compute_files_in(folder)
-        other_config = start_apps_of(folder, files, AppConfig(landmarks=4))
-        assert other_config is not None
+        # Started from the manifest's files with another config: not taken, and new actors made instead.
+        named = CheckpointStore.compute_files_in(folder)
+        other_config = start_apps_of(folder, named, AppConfig(landmarks=4))
+        assert isinstance(other_config, port)
         refused = ComputeStage.made(config, loads(read_verified(folder / "compute.ckpt", written.digest)), whole=True,
                                     folder=folder, started_apps=other_config)
-        assert refused.apps.actor._actor_id != other_config.actor._actor_id
-        ray.kill(refused.apps.actor)
-        # Started from it with the stage's config: taken over by the stage read back.
-        early = start_apps_of(folder, files, AppConfig())
-        assert early is not None
-        started = early.actor
+        assert not {a._actor_id for a in refused.apps.actors} & {a._actor_id for a in other_config.actors}
+        kill(refused.apps)
+        # Started from them with the stage's config: taken over by the stage read back.
+        early = start_apps_of(folder, named, AppConfig())
+        assert isinstance(early, port)
+        started = [a._actor_id for a in early.actors]
         again = ComputeStage.made(config, saved, whole=True, folder=folder, started_apps=early)
-        assert isinstance(again.apps, RayApplications) and again.apps.actor._actor_id == started._actor_id and early.actor is None
+        assert isinstance(again.apps, port) and [a._actor_id for a in again.apps.actors] == started and not early.actors
         for e in epochs[6:]:
             same(again.apply([e]), going.apply([e]))
         other = ComputeStage.made(StageConfig(rank_types=("mentions",)), loads(read_verified(folder / "compute.ckpt", written.digest)))
@@ -125,22 +154,26 @@ def test_the_actor_written_whole_is_read_back_by_a_new_one_and_goes_on(ray_clust
     finally:
         for stage in (going, again):
             if stage is not None:
-                ray.kill(stage.apps.actor)
+                kill(stage.apps)
 
 
-def test_an_actor_that_died_fails_the_epoch_and_says_why(ray_cluster):
+@pytest.mark.parametrize("victim", [0, 1], ids=list(APP_GROUPS))
+def test_an_actor_that_died_fails_the_epoch_and_says_why(ray_cluster, victim):
     epochs = sealed(0)
     stage = in_actor()
-    stage.apply([epochs[0]])
-    ray.kill(stage.apps.actor, no_restart=True)
-    with pytest.raises(AppsLost, match="the applications' actor died"):
-        stage.apply([epochs[1]])
+    try:
+        stage.apply([epochs[0]])
+        ray.kill(stage.apps.actors[victim], no_restart=True)
+        with pytest.raises(AppsLost, match="the applications' actor died"):
+            stage.apply([epochs[1]])
+    finally:
+        kill(stage.apps)
 
 
-def test_a_port_is_pickled_only_as_the_file_its_actor_wrote(ray_cluster):
+def test_a_port_is_pickled_only_as_the_files_its_actors_wrote(ray_cluster):
     port = spawn_apps(AppConfig())
     try:
         with pytest.raises(Exception, match="pickled only as the file it wrote"):
             pickle.dumps(port)
     finally:
-        ray.kill(port.actor)
+        kill(port)

@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from pulsegraph.compute.actor import ComputeActor
+from pulsegraph.compute.apps_actor import APP_GROUPS
 from pulsegraph.compute.partition_actor import start_partitions_of
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore
@@ -169,7 +170,7 @@ def test_partition_actors_write_their_rows_and_a_stage_read_back_whole_makes_new
     finally:
         ray.kill(going)
     assert written.whole == fingerprint(config)
-    assert [name for name, _ in written.files] == ["partition-0.ckpt", "partition-1.ckpt", "apps.ckpt"]
+    assert [name for name, _ in written.files] == ["partition-0.ckpt", "partition-1.ckpt", *APP_GROUPS]
     folder = CheckpointStore(tmp_path).folder(1)
     # Without a manifest to name them, the partitions are made once the compute stage is read back.
     plain = ComputeActor.remote(config=config, restore=(str(folder / "compute.ckpt"), written.digest), whole=True)

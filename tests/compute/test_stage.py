@@ -5,7 +5,8 @@ streams, with removals and re-adds). One stage takes every epoch alone, another
 takes them in batches of up to four (as when ranking falls behind the cuts):
 each batch's result must be the newest epoch's, equal to what the first stage
 published for that epoch (graph, degrees, scores within tolerance, every
-application), and must name the epochs it merged.
+application), and must name the epochs it merged. And the applications split in the groups their actors run
+publish, together, what they all publish in one stage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import numpy as np
 import pytest
 
 from pulsegraph.compute.apps.exposure import Exposure
-from pulsegraph.compute.apps.runner import AppConfig
+from pulsegraph.compute.apps.base import AppGraph
+from pulsegraph.compute.apps.runner import AppConfig, Applications
+from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.ingest.batch import Router
@@ -209,3 +212,32 @@ def test_a_recount_still_running_is_given_up_when_the_stage_is_written_whole_and
     running.set_result({})
     done = pickle.loads(pickle.dumps(exp))
     assert done._running[0].done() and done._running[0].result() == {} and not done._count_all
+
+
+# The groups the applications are split in where they run in actors of their own (compute.apps_actor.APP_GROUPS,
+# which tests/compute/test_apps_actor.py checks on Ray; this file stays without it).
+GROUPS = [("components", "landmarks"), ("trends", "topics")]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_applications_split_in_groups_publish_what_they_publish_together_and_hold_only_what_they_read(seed):
+    epochs = sealed(seed)
+    whole = ComputeStage()
+    groups = [ComputeStage(apps=AppConfig(only=names)) for names in GROUPS]
+    for k, e in enumerate(epochs):
+        if k == 7:  # a consumer lost the chain of patches
+            whole.apps.resend_whole()
+            for g in groups:
+                g.apps.resend_whole()
+        want = whole.apply([e]).apps
+        got = {name: r for g in groups for name, r in g.apply([e]).apps.items()}
+        assert list(got) == [n for names in GROUPS for n in names] and {n: str(r) for n, r in got.items()} == {
+            n: str(r) for n, r in want.items()}
+    graph, topics = (g.apps for g in groups)
+    assert graph.adjacency.pairs and not graph.adjacency._typed and graph.exposure is None and not graph.state_dict()
+    assert not topics.adjacency.pairs and not len(topics.adjacency.out.entries()[0]) and set(topics.adjacency._typed) == {"tags", "mentions"}
+    assert topics.state_dict()["topics"]["keys"].tolist() == whole.apps.state_dict()["topics"]["keys"].tolist()
+    with pytest.raises(ComputeError, match="reads_pairs is False"):
+        AppGraph(groups[1].graph, 1, topics.adjacency).out_degree()
+    with pytest.raises(ComputeError, match="no application is named"):
+        Applications(AppConfig(only=("pagerank",)))

@@ -68,7 +68,7 @@ def main() -> int:
         out["shard_nodes"] = len(set(shard_nodes))
         assert len(set(shard_nodes)) > 1, f"all shards on one node: {shard_nodes}"
         before = ray.get(p.compute.owned_actors.remote())
-        assert len(before) == 4, f"{len(before)} partition and applications' actors, not 3 and 1"
+        assert len(before) == 5, f"{len(before)} partition and applications' actors, not 3 and 2"
         feeder = threading.Thread(
             target=produce, args=(produce_args(_Broker(args.bootstrap), args.topic, limit=12_000, rate=2000, seed=21),)
         )
@@ -95,7 +95,7 @@ def main() -> int:
         graph = ray.get(p.compute.snapshot.remote())
         assert graph == without_attrs(reference(records, want_vector, "tweets")), "the final graph differs from the reference"
         after = ray.get(p.compute.owned_actors.remote())
-        assert len(after) == 4 and not set(after) & set(before), "the relaunch did not make three new partitions and apps"
+        assert len(after) == 5 and not set(after) & set(before), "the relaunch did not make three new partitions and apps"
         # The ranks the partitions solved: within the bound the epoch publishes of networkx's exact ones.
         r = view.result
         exact = nx.pagerank(live_digraph(graph, ("mentions",)), alpha=0.85, tol=1e-14, max_iter=10_000)

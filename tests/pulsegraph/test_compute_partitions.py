@@ -55,7 +55,7 @@ def dead(actor) -> bool:
 def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | str | None = None):
     """The last result of a run over ``lines``, the compute actor's graph, and every partition, applications' and
     graph view part actor made; ``kill``: which is killed as soon as the first epoch is served, mid-stream (an index
-    into the compute actor's list: the partitions, then the applications' actor; ``"view"``: a graph view part)."""
+    into the compute actor's list: the partitions, then the applications' two actors; ``"view"``: a graph view part)."""
     (tmp_path / "in").mkdir(parents=True)
     records = {"file:0": write(tmp_path / "in" / "events.jsonl", lines)}
     p = Pipeline(Settings(
@@ -68,13 +68,13 @@ def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | str | None = N
             first = p.wait_for_epoch(lambda v: True, timeout=60)
             assert first.result.vector.get("file:0", 0) < len(lines) * 3 // 4, "the stream ended before the kill"
             made = ray.get(p.compute.owned_actors.remote())
-            assert len(made) == parts + 1  # the partitions, and the applications' actor
+            assert len(made) == parts + 2  # the partitions, and the applications' two actors
             assert p.graph_parts is not None
             ray.kill(p.graph_parts.graph.port.actors[0] if kill == "view" else made[kill], no_restart=True)
             p.wait_for_epoch(lambda v: relaunched(p, 1), timeout=90)
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
         now = ray.get(p.compute.owned_actors.remote())
-        assert len(now) == (parts + 1 if parts > 1 else 0) and not set(now) & set(made)
+        assert len(now) == (parts + 2 if parts > 1 else 0) and not set(now) & set(made)
         made += now + ([] if p.graph_parts is None else list(p.graph_parts.graph.port.actors))  # and the graph view's parts
         graph = ray.get(p.compute.snapshot.remote())
         assert graph == without_attrs(reference(records, view.result.vector, "edges"))
@@ -126,13 +126,13 @@ def test_two_partitions_end_in_the_graph_and_the_top_ranks_of_one(ray_cluster, t
     assert two.error_bounds["tunkrank"] == pytest.approx(one.error_bounds["tunkrank"], rel=0.1)
 
 
-@pytest.mark.parametrize("victim", [1, -1, "view"], ids=["a partition", "the applications' actor", "a graph view part"])
+@pytest.mark.parametrize("victim", [1, -1, "view"], ids=["a partition", "an applications' actor", "a graph view part"])
 def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path, victim):
     lines = edge_lines(1600, seed=6)
     # 8 s of stream: the partition actors' workers take a few seconds to start on a busy 2-core machine.
     two, graph, names, made = run(tmp_path, lines, parts=2, rate=200, kill=victim)
-    # The killed one, its siblings, the relaunch's three, and the graph view's two parts (new ones if one was killed).
-    assert len(made) == 8 and all(dead(a) for a in made)
+    # The killed one, its three siblings, the relaunch's four, and the graph view's two parts (new ones if one was killed).
+    assert len(made) == 10 and all(dead(a) for a in made)
     order = list(names)
     exact = nx.pagerank(live_digraph(graph), alpha=0.85, tol=1e-14, max_iter=10_000)
     assert np.abs(ranks_by_name(two, names, order) - np.array([exact[n] for n in order])).sum() <= two.error_bounds["pagerank"]
