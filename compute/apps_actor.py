@@ -5,7 +5,7 @@ over one, :class:`ApplicationGroups` over several, and :func:`spawn_apps` makes 
 the compute actor's.
 
 They are split in two actors by what they read (:data:`APP_GROUPS`): components and landmarks read the distinct
-pairs of every live edge (~17 bytes a live edge, ~110 a vertex with the landmarks' distances); trends and
+pairs of every live edge (~17 bytes a live edge, ~80 a vertex with the landmarks' distances); trends and
 K-exposure read the ``tags`` and ``mentions`` edges with their first add times and the vertex names (~16-32 bytes
 an edge of those types, ~70 a name). Each actor keeps only its own tables, so neither holds all of the
 applications' state, and their epochs run side by side. Each gets the same input, put in Ray's object store once.
@@ -70,6 +70,7 @@ class AppsActor:
             t0 = time.perf_counter()
             self._host = load_verified(Path(restore[0]), restore[1], rehash=not checked)
             log.info("applications read back in %.1f s", time.perf_counter() - t0)
+        log.info("applications in this actor: %s", ", ".join(app.name for app in self._host.apps.apps))
         self._trimmer = HeapTrimmer()
 
     def run(self, inp: AppsInput) -> tuple[dict[str, AppResult], dict[str, float]]:

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,8 +54,10 @@ class AppConfig:
     # path: tests and bench/replay.py --rebuild-apps compare with it).
     rebuild_every_epoch: bool = False
     # The applications run, by name (empty: all): one group of them where they are split over actors of
-    # their own (pulsegraph.compute.apps_actor.APP_GROUPS).
-    only: tuple[str, ...] = ()
+    # their own (pulsegraph.compute.apps_actor.APP_GROUPS). Left out of the repr, so of the stage's fingerprint
+    # (a stage's config always runs them all): a stage an earlier version wrote whole, with one actor for every
+    # application, is read back whole and goes on with that one actor.
+    only: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_settings(cls, settings) -> AppConfig:
