@@ -18,6 +18,7 @@ import ray
 from fastapi.testclient import TestClient
 
 from pulsegraph.api.app import create_app
+from pulsegraph.compute.apps_actor import APP_GROUPS
 from pulsegraph.settings import Settings
 from pulsegraph.snapshots.checkpoint import CheckpointStore
 from pulsegraph.snapshots.epoch import EpochLog
@@ -338,7 +339,7 @@ def test_after_a_clean_stop_the_compute_stage_goes_on_whole_and_a_relaunch_from_
         p.stop()
     manifest = CheckpointStore(tmp_path / "data").latest()
     assert manifest is not None and manifest.compute_whole, "the stop's checkpoint holds the compute stage whole"
-    assert sorted(manifest.compute_files) == ([] if partitions == 1 else ["apps.ckpt", *(f"partition-{q}.ckpt" for q in range(partitions))])
+    assert sorted(manifest.compute_files) == ([] if partitions == 1 else sorted([*APP_GROUPS, *(f"partition-{q}.ckpt" for q in range(partitions))]))
     stopped = manifest.epoch
     assert p.store.latest_epoch == stopped, "the API took the stop's epoch in before keeping its view"
     assert manifest.vector["file:0"] == 1200
