@@ -107,32 +107,37 @@ class AppAdjacency:
         self._grow(g.n)
         if not len(changes):
             return
-        step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
-        moved = np.flatnonzero(step) if self.pairs else step[:0]
-        if len(moved):
-            # Rows are edges, not slots (pulsegraph.compute.changes.by_edge: a reused slot comes as two rows), so a
-            # row's before and after name one pair and the new state's pair is the row's either way.
-            keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
-            diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)
-            keys, diff = keys[diff != 0], diff[diff != 0]
-            found = self.out.find(keys)
-            old = self.out.value(found, "count", 0).astype(np.int64)
-            new = old + diff
-            if (new < 0).any():
-                raise ComputeError("a pair lost more live edges than the applications' adjacency held: the edge changes "
-                                   "do not follow the kept state (a bug; a full delta rebuilds it)")
-            live = new > 0
-            count = new.astype(np.int16)
-            self.out.assign(keys, live, {"count": count}, found)
-            rows, cols = unpack(keys)
-            back = pack(cols, rows)
-            order = np.argsort(back)
-            self.inn.assign(back[order], live[order])
-            went = (old == 0).astype(np.int32) - (~live).astype(np.int32)
-            add_at(self._out_deg.view, rows, went)
-            add_at(self._in_deg.view, cols, went)
+        if self.pairs:
+            self._apply_pairs(changes, before)
         for name in list(self._typed):
             self._apply_typed(g, name, changes)
+
+    def _apply_pairs(self, changes: EdgeChanges, before: EdgeChanges) -> None:
+        step = (changes.mult > 0).astype(np.int64) - (before.mult > 0).astype(np.int64)
+        moved = np.flatnonzero(step)
+        if not len(moved):
+            return
+        # Rows are edges, not slots (pulsegraph.compute.changes.by_edge: a reused slot comes as two rows), so a
+        # row's before and after name one pair and the new state's pair is the row's either way.
+        keys, inv = np.unique(pack(changes.src[moved], changes.dst[moved]), return_inverse=True)
+        diff = np.bincount(inv, weights=step[moved], minlength=len(keys)).astype(np.int64)
+        keys, diff = keys[diff != 0], diff[diff != 0]
+        found = self.out.find(keys)
+        old = self.out.value(found, "count", 0).astype(np.int64)
+        new = old + diff
+        if (new < 0).any():
+            raise ComputeError("a pair lost more live edges than the applications' adjacency held: the edge changes "
+                               "do not follow the kept state (a bug; a full delta rebuilds it)")
+        live = new > 0
+        count = new.astype(np.int16)
+        self.out.assign(keys, live, {"count": count}, found)
+        rows, cols = unpack(keys)
+        back = pack(cols, rows)
+        order = np.argsort(back)
+        self.inn.assign(back[order], live[order])
+        went = (old == 0).astype(np.int32) - (~live).astype(np.int32)
+        add_at(self._out_deg.view, rows, went)
+        add_at(self._in_deg.view, cols, went)
 
     def _apply_typed(self, g: LiveGraph, etype: str, changes: EdgeChanges) -> None:
         t = g.type_id(etype)
