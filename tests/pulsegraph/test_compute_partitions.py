@@ -126,7 +126,8 @@ def test_two_partitions_end_in_the_graph_and_the_top_ranks_of_one(ray_cluster, t
     assert two.error_bounds["tunkrank"] == pytest.approx(one.error_bounds["tunkrank"], rel=0.1)
 
 
-@pytest.mark.parametrize("victim", [1, -1, "view"], ids=["a partition", "an applications' actor", "a graph view part"])
+@pytest.mark.parametrize("victim", [1, -2, -1, "view"],
+                         ids=["a partition", "the graph's applications' actor", "the topics' applications' actor", "a graph view part"])
 def test_a_partition_killed_mid_stream_relaunches_with_new_partitions_and_the_same_answer(ray_cluster, tmp_path, victim):
     lines = edge_lines(1600, seed=6)
     # 8 s of stream: the partition actors' workers take a few seconds to start on a busy 2-core machine.
