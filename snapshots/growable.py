@@ -45,9 +45,9 @@ class Column:
         values = values.astype(self._data.dtype, copy=False)
         need = self.size + len(values)
         if need > len(self._data):
-            # Half again, not double: a column holds at most a third more than it needs (on average a sixth),
-            # not twice (a third): per-slot and per-vertex columns are most of what the shards, the compute
-            # stage and the graph view hold. Amortized it costs two copies an entry instead of one.
+            # Half again, not double: a column's capacity is at most 1.5 times what it holds (~23% spare on
+            # average over sizes), not twice (~44%); per-slot and per-vertex columns are most of what the shards,
+            # the compute stage and the graph view hold. Amortized it costs two copies an entry instead of one.
             grown = np.zeros(max(need, len(self._data) + len(self._data) // 2), dtype=self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
