@@ -45,10 +45,10 @@ class Column:
         values = values.astype(self._data.dtype, copy=False)
         need = self.size + len(values)
         if need > len(self._data):
-            # Half again, not double: a column's capacity is at most 1.5 times what it holds (~23% spare on
-            # average over sizes), not twice (~44%); per-slot and per-vertex columns are most of what the shards,
-            # the compute stage and the graph view hold. Amortized it costs two copies an entry instead of one.
-            grown = np.zeros(max(need, len(self._data) + len(self._data) // 2), dtype=self._data.dtype)
+            # Double: one copy an entry, amortized. The spare capacity costs address space, not memory: np.zeros
+            # maps zero pages that stay out of the resident set until written (growing by half instead was
+            # measured: no change in any process's resident set; BENCHMARKS.md, "Growable columns").
+            grown = np.zeros(max(need, 2 * len(self._data)), dtype=self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
         self._data[self.size : need] = values
