@@ -36,6 +36,7 @@ from pulsegraph.compute.apps.view import AppsInput
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.exceptions import ComputeError
 from pulsegraph.compute.graph import GlobalGraph
+from pulsegraph.compute.partition_actor import kill_quietly
 from pulsegraph.snapshots.checkpoint import CheckpointStore, dumps, load_verified
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,7 @@ class RayApplications:
                 self.actor, started.actor = started.actor, None
                 return
             log.warning("the applications' actor started early does not match the checkpoint's; making it again")
-            for actor in started.actors:
-                ray.kill(actor, no_restart=True)
+            kill_quietly(started.actors)
         self.actor = spawn_actor(**self._spawn, restore=restore, file=self.file).actor
 
 
@@ -233,8 +233,7 @@ class ApplicationGroups:
         early = started.ports if isinstance(started, ApplicationGroups) and len(started.ports) == len(self.ports) else None
         if started is not None and early is None:
             log.warning("the applications' actors started early do not match the checkpoint's; making them again")
-            for actor in started.actors:
-                ray.kill(actor, no_restart=True)
+            kill_quietly(started.actors)
         for i, port in enumerate(self.ports):
             port.reopen(folder, None if early is None else early[i])
 

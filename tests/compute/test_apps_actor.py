@@ -29,6 +29,7 @@ from pulsegraph.compute.apps_actor import (
     spawn_apps,
     start_apps_of,
 )
+from pulsegraph.compute.partition_actor import kill_quietly
 from pulsegraph.compute.stage import ComputeStage, SealedEpoch, StageConfig, fingerprint
 from pulsegraph.snapshots.checkpoint import CheckpointStore, loads, read_verified
 from tests.compute.test_stage import published, sealed
@@ -49,8 +50,7 @@ def in_actor(spawn=spawn_apps, **kw) -> ComputeStage:
 
 
 def kill(port) -> None:
-    for actor in port.actors:
-        ray.kill(actor, no_restart=True)
+    kill_quietly(port.actors)
 
 
 def timeless(epochs: list[SealedEpoch]) -> list[SealedEpoch]:
