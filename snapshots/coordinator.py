@@ -488,7 +488,7 @@ class Coordinator:
             "window": self._window,
             "watermark": last.watermark if last else None,
             "late": self._late,
-            "checkpoint": {"epoch": self._durable_epoch, "seconds": round(self._pace.stall_s, 3), "paused": self._pace.passed_over},
+            "checkpoint": {"epoch": self._durable_epoch, "seconds": round(self._pace.stall_s, 6), "paused": self._pace.passed_over},
             "recent": [
                 {"epoch": e.number, "status": e.status.value, "records": e.records, "error": e.error}
                 for e in list(self._recent)[-10:]
