@@ -2,9 +2,11 @@
 
 Owns the global vertex ids (:class:`pulsegraph.compute.ids.VertexIds`: epoch by epoch, the
 vertices an epoch adds in name order, so independent of the shard count and the
-batching) and one column set per shard indexed by the shard's edge slot, so a delta is
-applied with a few scatter writes and no search. It builds the CSR matrices the
-algorithms run on. It must not reach back into shards: deltas are all it sees.
+batching), each shard's local ids' global ids, and the per-vertex columns. Each slot's
+edge is in a :class:`~pulsegraph.compute.slots.SlotStore` (``slots``): in this process, or
+over the compute partitions, which then hold them and not this process; a merge translates
+each delta to global ids and hands it there. It builds the CSR matrices the algorithms run
+on. It must not reach back into shards: deltas are all it sees.
 
 Windows (``--window T``): a shard may hand a slot whose edge died (nothing of it
 left in the window) to a different ``(src, dst, type)``, so a slot's endpoints
@@ -29,33 +31,13 @@ import scipy.sparse as sp
 from pulsegraph.base.arrays import add_at, unique
 from pulsegraph.compute.changes import EdgeChanges, by_edge
 from pulsegraph.compute.ids import NameChanges, NameIndex, VertexIds
+from pulsegraph.compute.slots import EdgeSlots, ShardSlots, SlotStore, SlotWrites
 from pulsegraph.snapshots.attrs import attr_columns
 from pulsegraph.snapshots.delta import EpochDelta, weight_of
 from pulsegraph.snapshots.growable import Column
 
-class _ShardEdges:
-    def __init__(self) -> None:
-        self.local_to_global = Column(np.int64)
-        self.src = Column(np.int32)
-        self.dst = Column(np.int32)
-        self.etype = Column(np.int16)
-        self.mult = Column(np.int32, wide=np.int64)  # int64 by contract; narrow until a value needs it
-        self.weight = Column(np.int64)
-        self.first_ts = Column(np.float64)  # earliest add time of the edge (+inf: none)
-
-    def grow(self, slots: int) -> None:
-        extra = slots - len(self.src)
-        if extra > 0:
-            for c in (self.src, self.dst, self.etype, self.mult, self.weight):
-                c.extend(np.zeros(extra, dtype=c.view.dtype))
-            self.first_ts.extend(np.full(extra, np.inf))
-
-    def state(self, slots: np.ndarray) -> "EdgeChanges":
-        """The edges in ``slots`` as they are now (copies)."""
-        return EdgeChanges(
-            self.src.view[slots], self.dst.view[slots], self.etype.view[slots],
-            self.mult.view[slots], self.weight.view[slots], self.first_ts.view[slots],
-        )
+# Where graphs pickled by earlier versions (a clean stop's checkpoint) name their shards' columns.
+_ShardEdges = ShardSlots
 
 
 class GlobalGraph:
@@ -66,7 +48,9 @@ class GlobalGraph:
         self.ids = VertexIds(reuse_after)
         self.types: list[str] = []
         self._type_index: dict[str, int] = {}
-        self._shards: dict[int, _ShardEdges] = {}
+        # Per shard, the global id of each of its local ids (-1: none); each slot's edge is in ``slots``.
+        self._l2g: dict[int, Column] = {}
+        self.slots: SlotStore = EdgeSlots()
         # Kept up to date by every merge (see _count), so an epoch never scans the whole graph for them.
         self._live_count = 0
         self._attr_touched: list[np.ndarray] = []  # written by the merge under way
@@ -174,21 +158,7 @@ class GlobalGraph:
         changed, each once, with its state after the last of them and, row for row, its state
         before the first (zeros for new edges): what the epochs did together. Rows are edges, not
         slots (see :func:`~pulsegraph.compute.changes.by_edge`): a row's before and after always name the same edge."""
-        by_shard: dict[int, list[np.ndarray]] = {}
-        for deltas in epochs:
-            for d in deltas:
-                if len(d.e_slot):
-                    by_shard.setdefault(d.shard, []).append(d.e_slot)
-                if d.full and d.shard in self._shards:
-                    # A shard that names its whole state anew while the others go on (restored alone):
-                    # the edges it omits are gone, so each of its live slots may change.
-                    by_shard.setdefault(d.shard, []).append(np.flatnonzero(self._shards[d.shard].mult.view > 0))
-        slots = {sh: (s[0] if len(s) == 1 else unique(np.concatenate(s))) for sh, s in by_shard.items()}
-        before = {}
-        for sh, sl in slots.items():
-            se = self._shards.setdefault(sh, _ShardEdges())
-            se.grow(int(sl.max()) + 1)
-            before[sh] = se.state(sl)
+        writes: list[list[SlotWrites]] = []
         # Epoch by epoch, the vertices new in an epoch in name order: global ids are a pure function of
         # the epoch vectors, the same however the epochs were batched, however many shards cut them and
         # in every generation of the pipeline (the API keeps them across relaunches and restarts).
@@ -199,14 +169,14 @@ class GlobalGraph:
             # Every name the epoch's deltas introduce has its id before any delta is merged.
             gids = self.ids.ids_of([n for d in deltas for n in d.new_names], epoch)
             at = np.cumsum([0] + [len(d.new_names) for d in deltas]).tolist()
-            for k in sorted(range(len(deltas)), key=lambda k: deltas[k].shard):
-                d = deltas[k]
-                self._merge(self._shards.setdefault(d.shard, _ShardEdges()), d, epoch, gids[at[k] : at[k + 1]])
+            order = sorted(range(len(deltas)), key=lambda k: deltas[k].shard)
+            writes.append([self._merge(deltas[k], epoch, gids[at[k] : at[k + 1]]) for k in order])
             if deltas and all(d.full for d in deltas):
                 self.ids.restored_holders(epoch)
-        order = sorted(slots)
-        after = EdgeChanges.concat([self._shards[sh].state(slots[sh]) for sh in order])
-        was = EdgeChanges.concat([before[sh] for sh in order])
+        merged = self.slots.merge(writes)
+        order = sorted(merged)
+        after = EdgeChanges.concat([merged[sh][0] for sh in order])
+        was = EdgeChanges.concat([merged[sh][1] for sh in order])
         after, was = by_edge(after, was, moved=self.windowed)
         touched = self._count(was, after)
         self._update_presence(touched)
@@ -220,49 +190,44 @@ class GlobalGraph:
         with_attrs = self._has_attrs.view
         self._last_seen.view[self.ids.give_back(epoch, watermark, lambda ids: with_attrs[ids])] = 0.0
 
-    def _merge(self, se: "_ShardEdges", delta: EpochDelta, epoch: int, gids: np.ndarray) -> None:
-        """Apply one shard's delta; ``gids``: the global id of each of its new names."""
+    def _merge(self, delta: EpochDelta, epoch: int, gids: np.ndarray) -> SlotWrites:
+        """Apply one shard's delta to the vertices (``gids``: the global id of each of its new names); returns
+        what its slots take, endpoints and types in global ids."""
+        l2g = self._l2g.setdefault(delta.shard, Column(np.int64))
         if delta.full:
-            # The shard names its whole state anew: the mappings it had end here, and so does every
-            # edge the delta does not name (a full delta sends the held slots only).
-            mapped = se.local_to_global.view
+            # The shard names its whole state anew: the mappings it had end here (and its slots' edges: SlotWrites.full).
+            mapped = l2g.view
             self.ids.hold(mapped[mapped >= 0], -1, epoch)
-            se.local_to_global = Column(np.int64)
-            se.mult.view[:] = 0
-            se.weight.view[:] = 0
+            l2g = self._l2g[delta.shard] = Column(np.int64)
         if len(delta.new_ids):
-            ids = se.local_to_global
-            need = int(delta.new_ids.max()) + 1 - len(ids)
+            need = int(delta.new_ids.max()) + 1 - len(l2g)
             if need > 0:
-                ids.extend(np.full(need, -1, dtype=np.int64))
-            old = ids.view[delta.new_ids]
+                l2g.extend(np.full(need, -1, dtype=np.int64))
+            old = l2g.view[delta.new_ids]
             self.ids.hold(old[old >= 0], -1, epoch)  # a local id introduced again (normally the same vertex)
-            ids.view[delta.new_ids] = gids
+            l2g.view[delta.new_ids] = gids
             self.ids.hold(gids, 1, epoch)
         if len(delta.attr_ids):
             # Tens of thousands a delta where every tweet rewrites its author: in bulk, not one by one.
             self._sync_columns()
-            gids = se.local_to_global.view[delta.attr_ids]
-            self._has_attrs.view[gids] = delta.attr_set
-            self._last_seen.view[gids] = delta.attr_seen
-            self._attr_touched.append(gids)
-        if len(delta.e_slot):
-            tmap = np.array([self._type_id(t) for t in delta.types], dtype=np.int16)
-            se.grow(int(delta.e_slot.max()) + 1)
-            l2g = se.local_to_global.view
-            s = delta.e_slot
-            se.src.view[s] = l2g[delta.e_src]
-            se.dst.view[s] = l2g[delta.e_dst]
-            se.etype.view[s] = tmap[delta.e_type]
-            se.mult.put(s, delta.e_mult)
-            se.weight.view[s] = delta.e_weight
-            if len(delta.e_first_ts) == len(s):
-                se.first_ts.view[s] = delta.e_first_ts
+            attr_gids = l2g.view[delta.attr_ids]
+            self._has_attrs.view[attr_gids] = delta.attr_set
+            self._last_seen.view[attr_gids] = delta.attr_seen
+            self._attr_touched.append(attr_gids)
+        # Types interned only where edges come (the order of first use fixes their ids, as it always did).
+        tmap = np.array([self._type_id(t) for t in delta.types] if len(delta.e_slot) else [], dtype=np.int16)
+        # Endpoints through the ids as they are now: after the delta's new ids, before its releases.
+        out = SlotWrites(
+            delta.shard, delta.e_slot, l2g.view[delta.e_src].astype(np.int32), l2g.view[delta.e_dst].astype(np.int32),
+            tmap[delta.e_type], delta.e_mult, delta.e_weight,
+            delta.e_first_ts if len(delta.e_first_ts) == len(delta.e_slot) else None, delta.full,
+        )
         if len(delta.released):
             # After the edges: the delta's last rows of the released ids' edges still name them.
-            mapped = se.local_to_global.view[delta.released]
-            se.local_to_global.view[delta.released] = -1
+            mapped = l2g.view[delta.released]
+            l2g.view[delta.released] = -1
             self.ids.hold(mapped[mapped >= 0], -1, epoch)
+        return out
 
     def _sync_columns(self) -> None:
         """Per-vertex columns as long as the vertex ids (new vertices: no degree, no attributes)."""
@@ -325,33 +290,18 @@ class GlobalGraph:
     def live_of_type(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, multiplicity, first add time) of the live edges of type ``name`` (empty if none)."""
         t = self._type_index.get(name)
-        parts = []
-        if t is not None:
-            for se in self._shards.values():
-                keep = (se.mult.view > 0) & (se.etype.view == t)
-                parts.append((se.src.view[keep], se.dst.view[keep], se.mult.view[keep], se.first_ts.view[keep]))
-        if not parts:
-            z = np.zeros(0, np.int64)
-            return z, z, z, np.zeros(0, np.float64)
-        src, dst, mult, first = (np.concatenate(c) for c in zip(*parts))
-        return src, dst, mult, first
+        c = self.whole_changes() if t is not None else EdgeChanges.empty()
+        keep = c.etype == t
+        first = c.first_ts if c.first_ts is not None else np.full(len(c), np.inf)
+        return c.src[keep], c.dst[keep], c.mult[keep], first[keep]
 
     def live(self, types: tuple[str, ...] | None = None):
         """(src, dst, weight) of edges with multiplicity > 0, of ``types`` (None: all)."""
-        wanted = None
-        if types is not None:
-            wanted = np.array([self._type_index[t] for t in types if t in self._type_index], dtype=np.int16)
-        parts = []
-        for se in self._shards.values():
-            keep = se.mult.view > 0
-            if wanted is not None:
-                keep &= np.isin(se.etype.view, wanted)
-            parts.append((se.src.view[keep], se.dst.view[keep], se.weight.view[keep]))
-        if not parts:
-            z = np.zeros(0, dtype=np.int32)
-            return z, z, np.zeros(0, dtype=np.int64)
-        src, dst, w = (np.concatenate(c) for c in zip(*parts))
-        return src, dst, w
+        c = self.whole_changes()
+        if types is None:
+            return c.src, c.dst, c.weight
+        keep = np.isin(c.etype, np.array([self._type_index[t] for t in types if t in self._type_index], dtype=np.int16))
+        return c.src[keep], c.dst[keep], c.weight[keep]
 
     def weight_differences(
         self, changes: EdgeChanges, before: EdgeChanges, types: tuple[str, ...] | None = None
@@ -394,7 +344,11 @@ class GlobalGraph:
         """A graph pickled whole before the attributes stayed on the shards kept an ``AttrTable``: its
         ``last_seen`` values become the column (a clean stop's checkpoint of the version before goes on)."""
         table = state.pop("attrs", None)
+        shards = state.pop("_shards", None)
         self.__dict__.update(state)
+        if shards is not None:  # before the slots were a store of their own: the shards' columns carried the ids
+            self._l2g = {sh: se.__dict__.pop("local_to_global") for sh, se in shards.items()}
+            self.slots = EdgeSlots.of(shards)
         if table is not None:
             self._last_seen = Column(np.float64)
             self._sync_columns()
@@ -407,10 +361,10 @@ class GlobalGraph:
 
     def whole_changes(self) -> EdgeChanges:
         """Every live edge as it is now, one row each (a shard keeps one live slot per edge, and an edge is
-        its source's shard's): the changes of an epoch published whole, for a consumer that cannot take
-        the next epoch's changes over what it holds (after a restore of a stage written whole)."""
-        parts = [se.state(np.flatnonzero(se.mult.view > 0)) for _, se in sorted(self._shards.items())]
-        return EdgeChanges.concat(parts) if parts else EdgeChanges.empty()
+        its source's shard's), in shard order: the changes of an epoch published whole, for a consumer that
+        cannot take the next epoch's changes over what it holds (after a restore of a stage written whole)."""
+        states = self.slots.states(live=True)
+        return EdgeChanges.concat([states[sh] for sh in sorted(states)])
 
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
@@ -420,9 +374,9 @@ class GlobalGraph:
         the shards' alone."""
         edges: dict[tuple[str, str, str], tuple[int, int]] = {}
         first: dict[tuple[str, str, str], float] = {}
-        for se in self._shards.values():
-            cols = (se.src.view, se.dst.view, se.etype.view, se.mult.view, se.weight.view, se.first_ts.view)
-            for s, d, t, m, w, f in zip(*cols):
+        for c in self.slots.states(live=False).values():
+            firsts = c.first_ts if c.first_ts is not None else np.full(len(c), np.inf)
+            for s, d, t, m, w, f in zip(c.src, c.dst, c.etype, c.mult, c.weight, firsts):
                 key = (self.names[s], self.names[d], self.types[t])
                 if m <= 0 and edges.get(key, (0, 0))[0] > 0:
                     continue

@@ -48,6 +48,7 @@ from pulsegraph.compute.engine import RankConfig, RankEngine
 from pulsegraph.compute.graph import GlobalGraph
 from pulsegraph.compute.partitioned import PartitionedEngine, make_rank_engine
 from pulsegraph.compute.results import EpochResult
+from pulsegraph.compute.slots import EdgeSlots, PartitionSlots
 from pulsegraph.snapshots.checkpoint import CheckpointStore, WrittenPart, dumps
 from pulsegraph.snapshots.delta import EpochDelta
 from pulsegraph.snapshots.epoch import EpochInfo
@@ -121,6 +122,9 @@ class ComputeStage:
             self.engine = RankEngine(rank)  # today's path, untouched
         else:
             self.engine = (engine_factory or make_rank_engine)(rank, partitions)
+            if isinstance(self.engine, PartitionedEngine) and isinstance(self.graph.slots, EdgeSlots) and not self.graph.slots.nbytes():
+                # The merge view's slots go to the partitions too: no process holds every edge's slot.
+                self.graph.slots = PartitionSlots(self.engine)
         self.epoch = 0  # the newest epoch merged
         # The epoch this stage was restored at when read back whole (None: built here, or from the ids): its
         # consumers may hold another epoch's graph, so its first results are published whole to them.
@@ -283,6 +287,8 @@ class ComputeStage:
             stage: ComputeStage = saved["stage"]
             if isinstance(stage.engine, PartitionedEngine):
                 stage.engine.reopen(folder, started)
+                if isinstance(stage.graph.slots, EdgeSlots):  # written whole before the slots went to the partitions
+                    stage.graph.slots = PartitionSlots.adopting(stage.engine, stage.graph.slots)
             if not isinstance(stage.apps, Applications):
                 stage.apps.reopen(folder, started_apps)
             stage.whole_restored_at = stage.epoch

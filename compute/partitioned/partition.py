@@ -4,7 +4,9 @@ Holds a :class:`~pulsegraph.compute.resident.ResidentGraph` over its local space
 (:mod:`~pulsegraph.compute.partitioned.space`: owned vertices, then ghosts with no out-edges), so that
 ``pull`` and ``push`` are the single process's, and a :class:`~pulsegraph.compute.partitioned.block.RankBlock`
 per ranking. Must not reduce anything or decide anything: it answers the driver's calls with its block's
-share and sends its ghosts' values to their owners.
+share and sends its ghosts' values to their owners. Beside them it holds the merge view's slots of the
+shards given to it (:class:`~pulsegraph.compute.slots.PartitionSlots`), which the stage's merge writes
+and reads through the same port.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import numpy as np
 
 from pulsegraph.base.arrays import unique
 from pulsegraph.compute.backend import Backend, get_backend
+from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.engine import RankConfig
 from pulsegraph.compute.partitioned.base import Absorbed, Owner, PartChanges, Sparse
 from pulsegraph.compute.partitioned.block import RankBlock
 from pulsegraph.compute.partitioned.space import LocalSpace
 from pulsegraph.compute.resident import ResidentGraph
+from pulsegraph.compute.slots import EdgeSlots, Merged, SlotWrites, ShardSlots
 
 
 class RankPartition:
@@ -32,7 +36,7 @@ class RankPartition:
         "prepare", "absorb_send", "absorb_receive", "sweep_send", "sweep_receive", "settle_send",
         "sparse_receive", "push_stats", "push_send", "push_receive", "residual", "zero", "scratch_init",
         "krylov_begin", "krylov_extend", "krylov_orth", "krylov_dots", "krylov_end", "take_counters",
-        "blocks", "boundary", "nbytes", "local_size", "backend_name",
+        "blocks", "boundary", "nbytes", "local_size", "backend_name", "merge_slots", "slot_states", "adopt_slots",
     })
 
     def __init__(
@@ -51,6 +55,13 @@ class RankPartition:
         }
         self._pending: dict[str, Any] | None = None
         self._flow: Any = None
+        # The merge view's slots of the shards given to this partition (compute.slots.PartitionSlots: not
+        # the owner of their vertices, which is by global id; a shard's slots are one holder's).
+        self.slots = EdgeSlots()
+
+    def __setstate__(self, state: dict) -> None:
+        # A partition pickled before it held slots: its stage's graph kept them (and still does).
+        self.__dict__.update({"slots": EdgeSlots(), **state})
 
     @property
     def k(self) -> int:
@@ -267,6 +278,20 @@ class RankPartition:
     def krylov_end(self, name: str, k: int, z, rcoef) -> None:
         self.rankings[name].krylov_end(k, z, rcoef)
 
+    # -- the merge view's slots ---------------------------------------------------------------------
+
+    def merge_slots(self, epochs: list[list[SlotWrites]]) -> Merged:
+        """:meth:`EdgeSlots.merge` on this partition's shards."""
+        return self.slots.merge(epochs)
+
+    def adopt_slots(self, shards: dict[int, ShardSlots]) -> None:
+        """:meth:`EdgeSlots.adopt`: a stage written whole before the slots moved here hands them over once."""
+        self.slots.adopt(shards)
+
+    def slot_states(self, live: bool) -> dict[int, EdgeChanges]:
+        """:meth:`EdgeSlots.states` of this partition's shards."""
+        return self.slots.states(live)
+
     # -- reading ------------------------------------------------------------------------------------
 
     def take_counters(self, name: str) -> tuple[int, int, int]:
@@ -295,8 +320,8 @@ class RankPartition:
         return self.be.name
 
     def nbytes(self) -> int:
-        """Bytes this partition holds: its graph, its vectors, its ids, ghosts and lists."""
-        total = self.graph.nbytes() + self.graph.out_weight.nbytes + self.space.nbytes()
+        """Bytes this partition holds: its graph, its vectors, its ids, ghosts and lists, its shards' slots."""
+        total = self.graph.nbytes() + self.graph.out_weight.nbytes + self.space.nbytes() + self.slots.nbytes()
         for blk in self.rankings.values():
             total += blk.y.nbytes + blk.ext.nbytes + (0 if blk.b is None else blk.b.nbytes)
         return int(total)

@@ -30,9 +30,9 @@ def test_every_part_of_a_stage_that_took_epochs_holds_bytes_and_the_parts_add_up
     for e in sealed_epochs(3_000, 1_000):
         r = stage.apply([e])
     parts = held_by_part(stage)
-    for name in ("graph._shards", "graph.ids", "engine (ranking)", "apps.adjacency", "apps.states[landmarks]"):
+    for name in ("graph.slots", "graph.ids", "engine (ranking)", "apps.adjacency", "apps.states[landmarks]"):
         assert parts[name] > 10_000, (name, parts[name])
     # Counted once each: the whole stage reached from the top is what the parts add up to.
     assert sum(parts.values()) == reachable_bytes(stage, set())
     table = held_table(stage, r.edges, r.vertices, floor=0)
-    assert table.splitlines()[-1].startswith("| **all** |") and "graph._shards" in table
+    assert table.splitlines()[-1].startswith("| **all** |") and "graph.slots" in table
