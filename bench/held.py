@@ -61,8 +61,9 @@ def held_by_part(stage: Any) -> dict[str, int]:
     (``graph.*``) and of its applications (``apps.*``, each application's state apart), the ranking
     engine, and whatever else the stage reaches."""
     seen: set[int] = set()
-    parts = {f"graph.{k}": reachable_bytes(v, seen) for k, v in vars(stage.graph).items()}
-    parts["engine (ranking)"] = reachable_bytes(stage.engine, seen)
+    # The engine first: with partitions in this process the graph's slots are theirs (compute.slots.PartitionSlots).
+    parts = {"engine (ranking)": reachable_bytes(stage.engine, seen)}
+    parts.update({f"graph.{k}": reachable_bytes(v, seen) for k, v in vars(stage.graph).items()})
     apps = stage.apps
     parts["apps.adjacency"] = reachable_bytes(apps.adjacency, seen)
     for name, state in apps.states.items():

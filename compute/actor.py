@@ -7,7 +7,8 @@ over and acknowledges the ones before), never more than a few, each with what th
 vertex names did in its batch. Scores are
 copied to the host in the stage, once per ranked epoch, and nowhere else. With
 ``config.partitions > 1`` it makes its stage's ranking over that many
-:class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors and runs its
+:class:`~pulsegraph.compute.partition_actor.RankPartitionActor` actors (which hold the merge view's
+edge slots as well: :mod:`pulsegraph.compute.slots`) and runs its
 applications in an :class:`~pulsegraph.compute.apps_actor.AppsActor`, which it
 owns: they die with it (Ray's ownership) and a relaunched compute actor makes new
 ones. With :mod:`pulsegraph.compute.partition_actor` and :mod:`pulsegraph.compute.apps_actor`, the only

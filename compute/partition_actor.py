@@ -4,6 +4,10 @@
 and :func:`ray_rank_engine` is the engine factory the compute actor hands its stage when
 ``--compute-partitions`` is above 1.
 
+Each actor also holds the merge view's edge slots of the shards given to it
+(:class:`~pulsegraph.compute.slots.PartitionSlots`: shard ``s`` to partition ``s % P``), written by each
+merge and read for the whole graph, through the same calls.
+
 Owns where the partition actors run (Ray's SPREAD strategy: over as many nodes as there are, as the
 shards; not beside the shards, whose ownership is a hash of the vertex *name* while a partition owns
 ``id % P`` of the compute stage's global ids, so no shard feeds one partition), how an exchange's
