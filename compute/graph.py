@@ -217,11 +217,11 @@ class GlobalGraph:
         # Types interned only where edges come (the order of first use fixes their ids, as it always did).
         tmap = np.array([self._type_id(t) for t in delta.types] if len(delta.e_slot) else [], dtype=np.int16)
         # Endpoints through the ids as they are now: after the delta's new ids, before its releases.
-        out = SlotWrites(
-            delta.shard, delta.e_slot, l2g.view[delta.e_src].astype(np.int32), l2g.view[delta.e_dst].astype(np.int32),
-            tmap[delta.e_type], delta.e_mult, delta.e_weight,
-            delta.e_first_ts if len(delta.e_first_ts) == len(delta.e_slot) else None, delta.full,
+        edges = EdgeChanges(
+            l2g.view[delta.e_src].astype(np.int32), l2g.view[delta.e_dst].astype(np.int32), tmap[delta.e_type],
+            delta.e_mult, delta.e_weight, delta.e_first_ts if len(delta.e_first_ts) == len(delta.e_slot) else None,
         )
+        out = SlotWrites(delta.shard, delta.e_slot, edges, delta.full)
         if len(delta.released):
             # After the edges: the delta's last rows of the released ids' edges still name them.
             mapped = l2g.view[delta.released]

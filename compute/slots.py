@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pulsegraph.base.arrays import unique
 from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.snapshots.growable import Column
 
@@ -56,15 +57,15 @@ class ShardSlots:
             self.weight.view[:] = 0
         if not len(w.slot):
             return
-        s = w.slot
+        s, e = w.slot, w.edges
         self.grow(int(s.max()) + 1)
-        self.src.view[s] = w.src
-        self.dst.view[s] = w.dst
-        self.etype.view[s] = w.etype
-        self.mult.put(s, w.mult)
-        self.weight.view[s] = w.weight
-        if w.first_ts is not None:
-            self.first_ts.view[s] = w.first_ts
+        self.src.view[s] = e.src
+        self.dst.view[s] = e.dst
+        self.etype.view[s] = e.etype
+        self.mult.put(s, e.mult)
+        self.weight.view[s] = e.weight
+        if e.first_ts is not None:
+            self.first_ts.view[s] = e.first_ts
 
     def nbytes(self) -> int:
         return sum(c.view.nbytes for c in (self.src, self.dst, self.etype, self.mult, self.weight, self.first_ts))
@@ -72,18 +73,13 @@ class ShardSlots:
 
 @dataclass
 class SlotWrites:
-    """One shard's delta of one epoch as its slots take it: the slots it names and their edges' new states,
-    endpoints and types in global ids (``first_ts`` None: the delta carried none); ``full``: the delta names
-    the shard's whole state, so its other slots hold no edge from now on."""
+    """One shard's delta of one epoch as its slots take it: the slots it names and, row for row, their edges'
+    new states, endpoints and types in global ids (``edges.first_ts`` None: the delta carried none);
+    ``full``: the delta names the shard's whole state, so its other slots hold no edge from now on."""
 
     shard: int
     slot: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    etype: np.ndarray
-    mult: np.ndarray
-    weight: np.ndarray
-    first_ts: np.ndarray | None = None
+    edges: EdgeChanges
     full: bool = False
 
 
@@ -134,7 +130,7 @@ class EdgeSlots:
                 for w in ws:
                     se.write(w)
                 continue
-            slots = named[0] if len(named) == 1 else np.unique(np.concatenate(named))
+            slots = named[0] if len(named) == 1 else unique(np.concatenate(named))
             se.grow(int(slots.max()) + 1)
             before = se.state(slots)
             for w in ws:
