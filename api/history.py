@@ -95,8 +95,12 @@ class ArrayHistory:
         if prev is None or buf is None or self._gap is not None or patch.base != self.epoch \
                 or rows != prev.shape[0] or width < prev.shape[1]:
             if self._gap is None:
-                log.error("per-vertex history got a patch of epoch %d for epoch %d but holds epoch %d: unknown "
-                          "from epoch %d until a whole array comes", patch.base, epoch, self.epoch, epoch)
+                # Holding nothing yet is how a restart after a crash begins when the compute stage was read back
+                # whole (a checkpoint with --checkpoint-whole-every): its first patches are of its own epoch, and
+                # the whole arrays it sends next start this history. Missing an epoch after holding one is a fault.
+                report = log.info if prev is None else log.error
+                report("per-vertex history got a patch of epoch %d for epoch %d but holds epoch %d: unknown "
+                       "from epoch %d until a whole array comes", patch.base, epoch, self.epoch, epoch)
                 self._gap = epoch
             return False
         old = prev.shape[1]

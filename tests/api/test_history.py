@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -91,6 +92,23 @@ def test_a_patch_of_a_missed_epoch_leaves_a_gap_until_a_whole_array_comes():
     assert h.covers(6) and not h.covers(2)  # history starts again at the whole array
     assert h.push(7, _patch_of(6, a6, _evolve(rng, a6, 16), rng)) and h.covers(6)
     assert (h.at(6, np.ones(16, np.int64), np.arange(16)) == a6[1]).all()
+
+
+def test_a_patch_before_any_array_waits_for_a_whole_one_and_is_no_fault(caplog):
+    """A restart after a crash with the compute stage read back whole: its first patches are of its own epoch,
+    which a history that holds nothing yet cannot apply; the whole array sent next starts it (logged as what
+    it is, not as an error). A patch missed after an array was held stays an error."""
+    rng = np.random.default_rng(9)
+    h = ArrayHistory(retain=100, fill=65535)
+    a = rng.integers(0, 9, (2, 10)).astype(np.uint16)
+    with caplog.at_level(logging.INFO, logger="pulsegraph.api.history"):
+        assert not h.push(84, _patch_of(83, a, _evolve(rng, a, 11), rng))
+        assert not h.covers(84) and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        b = _evolve(rng, a, 12)
+        assert h.push(85, b.copy()) and h.covers(85)
+        assert (h.at(85, np.ones(12, np.int64), np.arange(12)) == b[1]).all()
+        assert not h.push(87, _patch_of(86, b, _evolve(rng, b, 12), rng))
+    assert [r.levelno for r in caplog.records if "got a patch" in r.getMessage()] == [logging.INFO, logging.ERROR]
 
 
 def test_an_epoch_that_merged_sealed_ones_goes_back_to_the_epoch_pushed_before_it():
