@@ -348,7 +348,8 @@ class GlobalGraph:
         self.__dict__.update(state)
         if shards is not None:  # before the slots were a store of their own: the shards' columns carried the ids
             self._l2g = {sh: se.__dict__.pop("local_to_global") for sh, se in shards.items()}
-            self.slots = EdgeSlots.of(shards)
+            self.slots = EdgeSlots()
+            self.slots.adopt(shards)
         if table is not None:
             self._last_seen = Column(np.float64)
             self._sync_columns()

@@ -103,13 +103,6 @@ class EdgeSlots:
     def __init__(self) -> None:
         self._shards: dict[int, ShardSlots] = {}
 
-    @classmethod
-    def of(cls, shards: dict[int, ShardSlots]) -> EdgeSlots:
-        """A store over columns made elsewhere (a graph pickled before the store was one)."""
-        out = cls()
-        out._shards = shards
-        return out
-
     def merge(self, epochs: list[list[SlotWrites]]) -> Merged:
         """Write the deltas of consecutive epochs (oldest first), per shard in that order; returns, per shard,
         the slots they named (and, where a delta names its shard whole, the slots live before it), each once,
@@ -139,7 +132,7 @@ class EdgeSlots:
         return out
 
     def adopt(self, shards: dict[int, ShardSlots]) -> None:
-        """Hold the slots of ``shards`` too (what another holder had)."""
+        """Hold the slots of ``shards`` too (what another holder had, or a graph pickled before the store was one)."""
         self._shards.update(shards)
 
     def split(self, holders: int) -> list[dict[int, ShardSlots]]:
@@ -155,14 +148,6 @@ class EdgeSlots:
 
     def nbytes(self) -> int:
         return sum(se.nbytes() for se in self._shards.values())
-
-
-class _Port(Protocol):
-    parts: int
-
-    def each(self, op: str, *args: Any) -> list[Any]: ...
-
-    def each_own(self, op: str, args: Any) -> list[Any]: ...
 
 
 class PartitionSlots:
