@@ -202,8 +202,11 @@ class NameTable:
         ``hashed`` and ``taken`` as :meth:`lookup` had them for these names, nothing added since."""
         if not names:
             return
-        ids = np.asarray(ids, dtype=np.int64)
-        raw, lengths = _encoded(names)
+        self._add_encoded(names, np.asarray(ids, dtype=np.int64), *_encoded(names), hashed, taken)
+
+    def _add_encoded(self, names: list[str], ids: np.ndarray, raw: bytes, lengths: np.ndarray,
+                     hashed: np.ndarray | None = None, taken: np.ndarray | None = None) -> None:
+        """:meth:`add` of names whose UTF-8 bytes are ``raw`` already, one after another (``lengths``)."""
         top = int(ids.max()) + 1
         if top > len(self._len):
             self._start.extend(np.zeros(top - len(self._start), dtype=np.int64))
@@ -248,14 +251,17 @@ class NameTable:
         table = cls()
         table._start.extend(np.zeros(len(lengths), dtype=np.int64))
         table._len.extend(np.full(len(lengths), -1, dtype=np.int32))
-        names = cls._decoded(np.asarray(state["blob"], dtype=np.uint8), np.asarray(state["start"])[held], lengths[held])
-        table.add(names, held)
+        sizes = lengths[held].astype(np.int64)
+        raw = np.asarray(state["blob"], dtype=np.uint8)[gather_ranges(np.asarray(state["start"])[held], sizes)[0]].tobytes()
+        if len(held):
+            # The bytes as they are (encoding the decoded names again was a sixth of a shard's restore): the
+            # names are decoded only for their hashes.
+            table._add_encoded(cls._decoded(raw, sizes), held, raw, sizes)
         return table
 
     @staticmethod
-    def _decoded(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
-        raw = blob[gather_ranges(starts, lengths.astype(np.int64))[0]].tobytes()
-        ends = np.cumsum(lengths.astype(np.int64)).tolist()
+    def _decoded(raw: bytes, lengths: np.ndarray) -> list[str]:
+        ends = np.cumsum(lengths).tolist()
         return [raw[a:b].decode("utf-8", _ERRORS) for a, b in zip([0, *ends[:-1]], ends)]
 
     @classmethod
