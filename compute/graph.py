@@ -287,21 +287,33 @@ class GlobalGraph:
         """The id of edge type ``name`` in :attr:`types` and in every ``etype`` column, None if never seen."""
         return self._type_index.get(name)
 
+    def _live_columns(self, names: tuple[str, ...], types: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """The columns ``names`` of the live edges of type ids ``types`` (None: all), in shard order."""
+        parts = self.slots.live_columns(names, types)
+        cols = [parts[sh] for sh in sorted(parts)]
+        return tuple(np.concatenate(c) for c in zip(*cols)) if cols else ()
+
     def live_of_type(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, multiplicity, first add time) of the live edges of type ``name`` (empty if none)."""
         t = self._type_index.get(name)
-        c = self.whole_changes() if t is not None else EdgeChanges.empty()
-        keep = c.etype == t
-        first = c.first_ts if c.first_ts is not None else np.full(len(c), np.inf)
-        return c.src[keep], c.dst[keep], c.mult[keep], first[keep]
+        cols = self._live_columns(("src", "dst", "mult", "first_ts"), np.array([t], dtype=np.int16)) if t is not None else ()
+        if not cols:
+            z = np.zeros(0, np.int64)
+            return z, z, z, np.zeros(0, np.float64)
+        src, dst, mult, first = cols
+        return src, dst, mult, first
 
     def live(self, types: tuple[str, ...] | None = None):
         """(src, dst, weight) of edges with multiplicity > 0, of ``types`` (None: all)."""
-        c = self.whole_changes()
-        if types is None:
-            return c.src, c.dst, c.weight
-        keep = np.isin(c.etype, np.array([self._type_index[t] for t in types if t in self._type_index], dtype=np.int16))
-        return c.src[keep], c.dst[keep], c.weight[keep]
+        wanted = None
+        if types is not None:
+            wanted = np.array([self._type_index[t] for t in types if t in self._type_index], dtype=np.int16)
+        cols = self._live_columns(("src", "dst", "weight"), wanted)
+        if not cols:
+            z = np.zeros(0, dtype=np.int32)
+            return z, z, np.zeros(0, dtype=np.int64)
+        src, dst, w = cols
+        return src, dst, w
 
     def weight_differences(
         self, changes: EdgeChanges, before: EdgeChanges, types: tuple[str, ...] | None = None

@@ -94,6 +94,8 @@ class SlotStore(Protocol):
 
     def states(self, live: bool = True) -> dict[int, EdgeChanges]: ...
 
+    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]: ...
+
     def nbytes(self) -> int: ...
 
 
@@ -146,6 +148,17 @@ class EdgeSlots:
         """Per shard, every slot's edge (``live``: the slots whose edge has a multiplicity above 0)."""
         return {sh: se.state(se.live() if live else np.arange(len(se.src))) for sh, se in self._shards.items()}
 
+    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]:
+        """Per shard, the columns ``names`` of its live slots (of the type ids ``types``; None: all): what a rebuild
+        reads, without copying the columns it does not."""
+        out = {}
+        for sh, se in self._shards.items():
+            keep = se.mult.view > 0
+            if types is not None:
+                keep &= np.isin(se.etype.view, types)
+            out[sh] = tuple(getattr(se, name).view[keep] for name in names)
+        return out
+
     def nbytes(self) -> int:
         return sum(se.nbytes() for se in self._shards.values())
 
@@ -182,6 +195,12 @@ class PartitionSlots:
     def states(self, live: bool = True) -> dict[int, EdgeChanges]:
         out: dict[int, EdgeChanges] = {}
         for part in self._engine.port.each("slot_states", live):
+            out.update(part)
+        return out
+
+    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]:
+        out: dict[int, tuple[np.ndarray, ...]] = {}
+        for part in self._engine.port.each("live_slot_columns", names, types):
             out.update(part)
         return out
 

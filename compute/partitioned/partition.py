@@ -36,7 +36,7 @@ class RankPartition:
         "prepare", "absorb_send", "absorb_receive", "sweep_send", "sweep_receive", "settle_send",
         "sparse_receive", "push_stats", "push_send", "push_receive", "residual", "zero", "scratch_init",
         "krylov_begin", "krylov_extend", "krylov_orth", "krylov_dots", "krylov_end", "take_counters",
-        "blocks", "boundary", "nbytes", "local_size", "backend_name", "merge_slots", "slot_states", "adopt_slots",
+        "blocks", "boundary", "nbytes", "local_size", "backend_name", "merge_slots", "slot_states", "live_slot_columns", "adopt_slots",
     })
 
     def __init__(
@@ -291,6 +291,10 @@ class RankPartition:
     def slot_states(self, live: bool) -> dict[int, EdgeChanges]:
         """:meth:`EdgeSlots.states` of this partition's shards."""
         return self.slots.states(live)
+
+    def live_slot_columns(self, names: tuple[str, ...], types: np.ndarray | None) -> dict[int, tuple[np.ndarray, ...]]:
+        """:meth:`EdgeSlots.live_columns` of this partition's shards."""
+        return self.slots.live_columns(names, types)
 
     # -- reading ------------------------------------------------------------------------------------
 

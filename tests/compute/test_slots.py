@@ -66,6 +66,12 @@ def test_the_partitions_slots_give_the_changes_the_graphs_own_give():
     assert batches < 60 and full == 1
     assert held.snapshot() == local.snapshot() and same(held.whole_changes(), local.whole_changes())
     assert held.names == local.names and held.live_edges() == local.live_edges() > 0
+    # What a rebuild of the applications reads: the live edges' columns, of some types or all.
+    for types in (None, ("tags",), ("link", "tags")):
+        assert all(np.array_equal(a, b) for a, b in zip(held.live(types), local.live(types), strict=True)), types
+    for t in ("link", "tags", "never"):
+        assert all(np.array_equal(a, b) for a, b in zip(held.live_of_type(t), local.live_of_type(t), strict=True)), t
+    assert 0 < len(held.live(("tags",))[0]) < len(held.live()[0]) == held.live_edges()
     # Each partition holds the slots of its shards only, and the graph none.
     parts = engine.port.partitions  # type: ignore[attr-defined]
     assert [sorted(p.slots.states()) for p in parts] == [[0, 2], [1]]
