@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from pulsegraph.base.arrays import add_at, unique
 from pulsegraph.compute.changes import EdgeChanges, by_edge
 from pulsegraph.compute.ids import NameChanges, NameIndex, VertexIds
-from pulsegraph.compute.slots import EdgeSlots, ShardSlots, SlotStore, SlotWrites
+from pulsegraph.compute.slots import COLUMNS, EdgeSlots, ShardSlots, SlotStore, SlotWrites
 from pulsegraph.snapshots.attrs import attr_columns
 from pulsegraph.snapshots.delta import EpochDelta, weight_of
 from pulsegraph.snapshots.growable import Column
@@ -289,7 +289,7 @@ class GlobalGraph:
 
     def _live_columns(self, names: tuple[str, ...], types: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """The columns ``names`` of the live edges of type ids ``types`` (None: all), in shard order."""
-        parts = self.slots.live_columns(names, types)
+        parts = self.slots.columns(names, types)
         cols = [parts[sh] for sh in sorted(parts)]
         return tuple(np.concatenate(c) for c in zip(*cols)) if cols else ()
 
@@ -376,8 +376,8 @@ class GlobalGraph:
         """Every live edge as it is now, one row each (a shard keeps one live slot per edge, and an edge is
         its source's shard's), in shard order: the changes of an epoch published whole, for a consumer that
         cannot take the next epoch's changes over what it holds (after a restore of a stage written whole)."""
-        states = self.slots.states(live=True)
-        return EdgeChanges.concat([states[sh] for sh in sorted(states)])
+        cols = self._live_columns(COLUMNS, None)
+        return EdgeChanges(*cols) if cols else EdgeChanges.empty()
 
     def snapshot(self) -> dict:
         """The whole graph by name, in the same form as a shard's snapshot. Where slots were reused an
@@ -387,9 +387,8 @@ class GlobalGraph:
         the shards' alone."""
         edges: dict[tuple[str, str, str], tuple[int, int]] = {}
         first: dict[tuple[str, str, str], float] = {}
-        for c in self.slots.states(live=False).values():
-            firsts = c.first_ts if c.first_ts is not None else np.full(len(c), np.inf)
-            for s, d, t, m, w, f in zip(c.src, c.dst, c.etype, c.mult, c.weight, firsts):
+        for cols in self.slots.columns(COLUMNS, live=False).values():
+            for s, d, t, m, w, f in zip(*cols):
                 key = (self.names[s], self.names[d], self.types[t])
                 if m <= 0 and edges.get(key, (0, 0))[0] > 0:
                     continue

@@ -22,6 +22,10 @@ from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.snapshots.growable import Column
 
 
+# A slot's columns, in EdgeChanges' order.
+COLUMNS = ("src", "dst", "etype", "mult", "weight", "first_ts")
+
+
 class ShardSlots:
     """One shard's slots. (Pickles of earlier versions also carry its ``local_to_global``: the graph takes it.)"""
 
@@ -42,10 +46,7 @@ class ShardSlots:
 
     def state(self, slots: np.ndarray) -> EdgeChanges:
         """The edges in ``slots`` as they are now (copies)."""
-        return EdgeChanges(
-            self.src.view[slots], self.dst.view[slots], self.etype.view[slots],
-            self.mult.view[slots], self.weight.view[slots], self.first_ts.view[slots],
-        )
+        return EdgeChanges(*(getattr(self, name).view[slots] for name in COLUMNS))
 
     def live(self) -> np.ndarray:
         return np.flatnonzero(self.mult.view > 0)
@@ -92,9 +93,7 @@ class SlotStore(Protocol):
 
     def merge(self, epochs: list[list[SlotWrites]]) -> Merged: ...
 
-    def states(self, live: bool = True) -> dict[int, EdgeChanges]: ...
-
-    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]: ...
+    def columns(self, names: tuple[str, ...], types: np.ndarray | None = None, live: bool = True) -> dict[int, tuple[np.ndarray, ...]]: ...
 
     def nbytes(self) -> int: ...
 
@@ -144,16 +143,13 @@ class EdgeSlots:
             out[sh % holders][sh] = se
         return out
 
-    def states(self, live: bool = True) -> dict[int, EdgeChanges]:
-        """Per shard, every slot's edge (``live``: the slots whose edge has a multiplicity above 0)."""
-        return {sh: se.state(se.live() if live else np.arange(len(se.src))) for sh, se in self._shards.items()}
-
-    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]:
-        """Per shard, the columns ``names`` of its live slots (of the type ids ``types``; None: all): what a rebuild
-        reads, without copying the columns it does not."""
+    def columns(self, names: tuple[str, ...], types: np.ndarray | None = None, live: bool = True) -> dict[int, tuple[np.ndarray, ...]]:
+        """Per shard, the columns ``names`` (copies) of its slots whose edge is live (``live``: a multiplicity above 0;
+        else every slot) and of the type ids ``types`` (None: all): what a reader of the whole graph reads,
+        without copying the columns it does not."""
         out = {}
         for sh, se in self._shards.items():
-            keep = se.mult.view > 0
+            keep = se.mult.view > 0 if live else np.ones(len(se.src), dtype=bool)
             if types is not None:
                 keep &= np.isin(se.etype.view, types)
             out[sh] = tuple(getattr(se, name).view[keep] for name in names)
@@ -192,15 +188,9 @@ class PartitionSlots:
             out.update(part)
         return out
 
-    def states(self, live: bool = True) -> dict[int, EdgeChanges]:
-        out: dict[int, EdgeChanges] = {}
-        for part in self._engine.port.each("slot_states", live):
-            out.update(part)
-        return out
-
-    def live_columns(self, names: tuple[str, ...], types: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, ...]]:
+    def columns(self, names: tuple[str, ...], types: np.ndarray | None = None, live: bool = True) -> dict[int, tuple[np.ndarray, ...]]:
         out: dict[int, tuple[np.ndarray, ...]] = {}
-        for part in self._engine.port.each("live_slot_columns", names, types):
+        for part in self._engine.port.each("slot_columns", names, types, live):
             out.update(part)
         return out
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from pulsegraph.base.arrays import unique
 from pulsegraph.compute.backend import Backend, get_backend
-from pulsegraph.compute.changes import EdgeChanges
 from pulsegraph.compute.engine import RankConfig
 from pulsegraph.compute.partitioned.base import Absorbed, Owner, PartChanges, Sparse
 from pulsegraph.compute.partitioned.block import RankBlock
@@ -36,7 +35,7 @@ class RankPartition:
         "prepare", "absorb_send", "absorb_receive", "sweep_send", "sweep_receive", "settle_send",
         "sparse_receive", "push_stats", "push_send", "push_receive", "residual", "zero", "scratch_init",
         "krylov_begin", "krylov_extend", "krylov_orth", "krylov_dots", "krylov_end", "take_counters",
-        "blocks", "boundary", "nbytes", "local_size", "backend_name", "merge_slots", "slot_states", "live_slot_columns", "adopt_slots",
+        "blocks", "boundary", "nbytes", "local_size", "backend_name", "merge_slots", "slot_columns", "adopt_slots",
     })
 
     def __init__(
@@ -288,13 +287,9 @@ class RankPartition:
         """:meth:`EdgeSlots.adopt`: a stage written whole before the slots moved here hands them over once."""
         self.slots.adopt(shards)
 
-    def slot_states(self, live: bool) -> dict[int, EdgeChanges]:
-        """:meth:`EdgeSlots.states` of this partition's shards."""
-        return self.slots.states(live)
-
-    def live_slot_columns(self, names: tuple[str, ...], types: np.ndarray | None) -> dict[int, tuple[np.ndarray, ...]]:
-        """:meth:`EdgeSlots.live_columns` of this partition's shards."""
-        return self.slots.live_columns(names, types)
+    def slot_columns(self, names: tuple[str, ...], types: np.ndarray | None, live: bool) -> dict[int, tuple[np.ndarray, ...]]:
+        """:meth:`EdgeSlots.columns` of this partition's shards."""
+        return self.slots.columns(names, types, live)
 
     # -- reading ------------------------------------------------------------------------------------
 

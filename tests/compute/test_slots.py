@@ -74,7 +74,7 @@ def test_the_partitions_slots_give_the_changes_the_graphs_own_give():
     assert 0 < len(held.live(("tags",))[0]) < len(held.live()[0]) == held.live_edges()
     # Each partition holds the slots of its shards only, and the graph none.
     parts = engine.port.partitions  # type: ignore[attr-defined]
-    assert [sorted(p.slots.states()) for p in parts] == [[0, 2], [1]]
+    assert [sorted(p.slots.columns(("src",), live=False)) for p in parts] == [[0, 2], [1]]
     assert all(p.slots.nbytes() > 0 for p in parts) and held.slots.nbytes() == 0
 
 

@@ -498,7 +498,7 @@ def test_real_windowed_shards_rank_as_their_window(seed, reuse_after, users, mer
         present = set(snap["vertices"])
         for stage, r in stages:
             g = stage.graph
-            expired += sum(int(np.count_nonzero((c.mult == 0) & (c.weight == 0))) for c in g.slots.states(live=False).values())
+            expired += sum(int(np.count_nonzero((m == 0) & (w == 0))) for m, w in g.slots.columns(("mult", "weight"), live=False).values())
             assert g.snapshot() == without_attrs(snap)  # edge for edge, first add times too
             assert r.vertices == len(present) and {g.names[i] for i in np.flatnonzero(r.present)} == present
             assert r.edges == len(live) and r.watermark == sealed_epoch.info.watermark
