@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
+from ray.exceptions import RayActorError
 
 from pulsegraph.base.runtime import HeapTrimmer, configure_logging
 from pulsegraph.compute.apps_actor import ApplicationGroups, RayApplications, spawn_apps, start_apps_of
@@ -78,6 +79,7 @@ class _Publisher:
         self._store = store
         self._queue: queue.Queue[tuple[_Kept, Callable[[], EpochResult]]] = queue.Queue()
         self.failed: BaseException | None = None
+        self.why: str | None = None  # the failure as the status reports it
         self._thread: threading.Thread | None = None
 
     def put(self, kept: _Kept, finish: Callable[[], EpochResult]) -> None:
@@ -94,8 +96,9 @@ class _Publisher:
                     finish()  # completes kept.result in place
                     self._store(kept)
             except BaseException as exc:  # noqa: BLE001 - raised again by the next batch (check)
+                self.why = f"the applications of epoch {kept.result.epoch} failed: {type(exc).__name__}: {exc}"
                 self.failed = exc
-                log.error("the applications of epoch %d failed: %s", kept.result.epoch, exc)
+                log.error("%s", self.why)
             finally:
                 self._queue.task_done()
 
@@ -106,6 +109,31 @@ class _Publisher:
     def check(self) -> None:
         if self.failed is not None:
             raise self.failed
+
+
+class _OwnedWatch:
+    """Finds an owned actor (a partition, an applications' actor) dead while no batch calls it: at the stream's
+    end a loss would go unseen until the next epoch, with the pipeline reported well. One ping in flight to each,
+    read without waiting: a busy actor (deep in an epoch) is not waited for, a dead one's ping fails at once."""
+
+    def __init__(self, owned: Callable[[], list]) -> None:
+        self._owned = owned
+        self._pings: dict = {}  # actor handle -> its ping in flight
+        self.lost: str | None = None
+
+    def check(self) -> str | None:
+        """Why an owned actor is lost (kept once found), or None."""
+        for actor in self._owned() if self.lost is None else ():
+            ping = self._pings.get(actor)
+            if ping is None:
+                self._pings[actor] = actor.__ray_ready__.remote()
+            elif ray.wait([ping], timeout=0)[0]:
+                del self._pings[actor]
+                try:
+                    ray.get(ping)
+                except RayActorError as exc:
+                    self.lost = f"an actor the compute stage owns died ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        return self.lost
 
 
 @ray.remote(concurrency_groups={"status": 1, "results": 1})  # type: ignore[call-overload]  # documented; missing from its stubs
@@ -146,6 +174,7 @@ class ComputeActor:
         self._named_at = (0, 0)
         self._prepared_at = (0, 0)  # the same as of the newest result prepared (its applications may be running)
         self._publisher = _Publisher(self._store)
+        self._watch = _OwnedWatch(self.owned_actors)
         # Set by a pull, read by the next batch on its thread: the consumer's epoch (renames up to it may
         # go), and whether it asked for whole application arrays.
         self._acked = 0
@@ -296,13 +325,16 @@ class ComputeActor:
     @ray.method(concurrency_group="status")
     def status(self) -> dict:
         """Asked by the status poll every second, during a batch too: the newest epoch merged (or being
-        merged) and how long the batch being merged has run (None: none is). Between batches it also
+        merged), how long the batch being merged has run (None: none is), and why a result's applications
+        failed or an owned actor died (None: neither): with no batch after it (the stream's end) only this
+        reports it. Between batches it also
         hands back what the K-exposure recount freed on its own thread (see :class:`HeapTrimmer`); not
         during one, whose arrays would come back at once."""
         since = self._batch_since
         if since is None:
             self._trimmer.maybe_trim()
-        return {"epoch": self._stage.epoch, "batch_s": None if since is None else round(time.monotonic() - since, 1)}
+        return {"epoch": self._stage.epoch, "batch_s": None if since is None else round(time.monotonic() - since, 1),
+                "failed": self._publisher.why or self._watch.check()}
 
     def backend(self) -> str:
         """Where the ranking runs: ``numpy`` or ``cupy``."""
