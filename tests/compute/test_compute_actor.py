@@ -45,7 +45,7 @@ def test_the_status_poll_is_answered_while_a_batch_is_merged_and_ranked(ray_clus
     (epoch,) = sealed_epochs(40_000)
     actor = ComputeActor.remote()
     try:
-        assert ray.get(actor.status.remote(), timeout=60) == {"epoch": 0, "batch_s": None}
+        assert ray.get(actor.status.remote(), timeout=60) == {"epoch": 0, "batch_s": None, "failed": None}
         batch = actor.apply_epochs.remote([epoch.info], *epoch.deltas)
         seen = []
         while not ray.wait([batch], timeout=0)[0]:
@@ -56,7 +56,7 @@ def test_the_status_poll_is_answered_while_a_batch_is_merged_and_ranked(ray_clus
         during = [s for s in seen if s["batch_s"] is not None]
         assert during, seen
         assert all(s["epoch"] == 1 and s["batch_s"] >= 0 for s in during)
-        assert ray.get(actor.status.remote()) == {"epoch": 1, "batch_s": None}
+        assert ray.get(actor.status.remote()) == {"epoch": 1, "batch_s": None, "failed": None}
     finally:
         ray.kill(actor)
 
