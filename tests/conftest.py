@@ -25,11 +25,12 @@ INTEGRATION_FIXTURES = frozenset({"ray_cluster", "kafka_broker"})
 # The longest test files (~50-290 s each under the three workers of make test), longest first: pytest-xdist
 # (--dist loadfile) hands files out in collection order, so these start first and no worker is left
 # running one of them alone at the end (longest first is the classic greedy schedule). The Kafka
-# security file comes fourth: not among the three that run while every worker starts its broker and
+# security file comes later: not among the three that run while every worker starts its broker and
 # Ray at once, which slowed its refusals past their bounds. Measured with --durations=0 (2026-12-07).
 LONGEST_FILES = (
     "tests/pulsegraph/test_compute_partitions.py",
     "tests/pulsegraph/test_recovery.py",
+    "tests/pulsegraph/test_apps_loss.py",
     "tests/ingest/test_chaos.py",
     "tests/ingest/test_kafka_secure.py",
     "tests/ingest/test_kafka.py",
