@@ -56,7 +56,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -305,7 +305,7 @@ class ResultArchive:
         for e in epochs[: max(0, len(epochs) - self.retain)]:
             self._path(e).unlink(missing_ok=True)
 
-    def save_names(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
+    def save_names(self, epoch: int, changes: NameChanges, names: Sequence[str]) -> None:
         """Journal the names a pull brought (see :class:`NamesJournal`); a disk error is logged, and the journal
         is dropped: a restart then names its archived epochs only once the pipeline is up, as before."""
         try:

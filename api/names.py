@@ -1,16 +1,11 @@
 """The API's copy of the compute stage's vertex names: what a :class:`~pulsegraph.compute.ids.NameChanges` makes of it.
 
 :class:`~pulsegraph.api.store.ResultStore` keeps the names by id, the index by name and the
-sorted list of indexed names; with a window, ids are given back and reused, so a
-pull may rename ids it already has. :func:`names_update` works the change out
-outside the store's lock, exactly as writing the renames one by one would; the
-store swaps the result in under it.
-
-The sorted names (what a prefix search bisects) are :class:`SortedNames`: a large sorted
-list rebuilt now and then and a small one of the names indexed since, so an epoch's new
-names cost what they are. One sorted list, rebuilt whenever a name came (every epoch of a
-growing graph), cost a pass over every name an epoch: 0.6-0.8 s and a new list of 3 M
-pointers at 3 M vertices (``bench.structures api-names``).
+names in name order (what a prefix search goes through) in a :class:`~pulsegraph.api.namebook.NameBook`;
+with a window, ids are given back and reused, so a pull may rename ids it already has.
+:func:`names_update` works the change out outside the store's lock, exactly as writing the
+renames one by one would, in time that follows the change (an epoch's new names cost what
+they are); the store writes the result under it.
 
 The names on disk are :class:`NamesJournal` (``<data_dir>/results/names.log``, the result
 archive's): what each pull changed, so that a restart names the epochs it serves from the
@@ -19,8 +14,6 @@ archive before the compute stage is up (:mod:`pulsegraph.api.archive`).
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 import logging
 import operator
@@ -29,19 +22,14 @@ import pickle
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from pulsegraph.api.namebook import NameBook
 from pulsegraph.compute.ids import NameChanges
 
-# The names indexed since the last rebuild are merged into the base once they pass this share of
-# it (and at least REBUILD_MIN): amortized, a name is copied 1 / REBUILD_SHARE times over its life.
-REBUILD_SHARE = 0.125
-REBUILD_MIN = 4096
 NAMES_FILE = "names.log"
-# Names indexed per slice by whole_index (about 10 ms of the interpreter each).
-INDEX_SLICE = 1 << 15
 # The journal is rewritten as one whole list once its changes outweigh that list this many times over
 # (and at least JOURNAL_MIN bytes): a name is written ~1 + 1 / JOURNAL_SHARE times over its life.
 JOURNAL_SHARE = 2
@@ -50,82 +38,46 @@ JOURNAL_MIN = 1 << 20
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SortedNames:
-    """Names in name order, each once, as two sorted lists: ``base`` and the ``recent`` ones. Names
-    that left the index may linger until the next rebuild (a search checks each name on the index),
-    never twice. Never changed once made (a search may hold it while the feed thread makes the next)."""
-
-    base: list[str] = field(default_factory=list)
-    recent: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.base) + len(self.recent)
-
-    def __iter__(self) -> Iterator[str]:
-        return heapq.merge(self.base, self.recent)
-
-    def __contains__(self, name: str) -> bool:
-        return any(_holds(run, name) for run in (self.base, self.recent))
-
-    def starting(self, prefix: str) -> Iterator[str]:
-        """The names from the first one not below ``prefix`` on, in order."""
-        return heapq.merge(*(itertools.islice(run, bisect.bisect_left(run, prefix), None) for run in (self.base, self.recent)))
-
-    def added(self, names: list[str], indexed: Callable[[str], bool]) -> SortedNames:
-        """With ``names`` (sorted, distinct) held too; a rebuild, when one is due, keeps only the names
-        ``indexed`` says are in the index."""
-        new = [n for n in names if n not in self]
-        if not new:
-            return self
-        recent = sorted(self.recent + new)  # two sorted runs: timsort merges them in linear time
-        if len(recent) <= max(REBUILD_MIN, REBUILD_SHARE * len(self.base)):
-            return SortedNames(self.base, recent)
-        return SortedNames([n for n in sorted(self.base + recent) if indexed(n)])
-
-
-def _holds(run: list[str], name: str) -> bool:
-    i = bisect.bisect_left(run, name)
-    return i < len(run) and run[i] == name
-
-
 @dataclass
 class NamesUpdate:
     """A :class:`~pulsegraph.compute.ids.NameChanges` worked out against the store's names (outside its lock):
-    what to swap in under it. ``names``/``full_index`` replace the list and the index whole (the change
-    started at id 0); else ``writes`` (id -> name) patch ids the list has, ``tail`` extends it, and
-    ``index`` says each touched name's id now (None: not indexed any more). ``sorted_names`` is the
-    sorted list of the indexed names either way."""
+    what to swap in under it. ``book`` replaces the names whole (the change started at id 0); else ``writes``
+    (id -> name) patch ids the book has, ``tail`` extends it, ``index`` says each touched name's id now (None:
+    not indexed any more), and ``recent`` lists (sorted) the names indexed now that its name order lacks."""
 
-    sorted_names: SortedNames
-    names: list[str] | None = None
-    full_index: dict[str, int] | None = None
+    book: NameBook | None = None
     writes: dict[int, str] = field(default_factory=dict)
     tail: list[str] = field(default_factory=list)
     index: dict[str, int | None] = field(default_factory=dict)
+    recent: list[str] = field(default_factory=list)
 
 
-def names_update(names: list[str], index: dict[str, int], sorted_names: SortedNames, changes: NameChanges) -> NamesUpdate:
-    """What ``changes`` makes of ``names`` (id -> name), ``index`` (name -> id) and ``sorted_names``, in time
-    linear in the names plus the changes. An empty name names no vertex: it is never indexed. A name
-    replaced on its id leaves the index only if the index still maps it to that id (it may have moved
-    to another id first)."""
+def names_update(book: NameBook, changes: NameChanges) -> NamesUpdate:
+    """What ``changes`` makes of ``book`` (id -> name, name -> id, name order), in time linear in the changes
+    (a whole list: in its names). An empty name names no vertex: it is never indexed. A name replaced on its
+    id leaves the index only if the index still maps it to that id (it may have moved to another id first)."""
     start = changes.start
     if start == 0:  # the whole list (renames before it are in it)
-        whole = list(changes.names)
-        full = whole_index(whole)
-        return NamesUpdate(SortedNames(sorted(full)), names=whole, full_index=full)
-    end = max(len(names), start + len(changes.names))
-    if start > len(names):
-        raise ValueError(f"names from id {start} on, but only {len(names)} are known: ids would be skipped")
+        return NamesUpdate(book=NameBook(list(changes.names)))
+    have = len(book)
+    end = max(have, start + len(changes.names))
+    if start > have:
+        raise ValueError(f"names from id {start} on, but only {have} are known: ids would be skipped")
+    ids = np.asarray(changes.ids).tolist()
+    if any(not 0 <= i < end for i in ids):
+        raise ValueError(f"a renamed id is outside the {end} ids known")
+    # The names the written ids hold now, and the index's id of every name touched: one search of the book.
+    olds = {i: book[i] for i in itertools.chain(ids, range(start, min(have, start + len(changes.names)))) if i < have}
+    touched = list({*changes.renamed, *changes.names, *olds.values()})
+    known = dict(zip(touched, book.get_many(touched)))
     final: dict[int, str] = {}
     moved: dict[str, int | None] = {}
 
     def id_of(n: str) -> int | None:
-        return moved[n] if n in moved else index.get(n)
+        return moved[n] if n in moved else known[n]
 
     def write(i: int, n: str) -> None:
-        old = final[i] if i in final else (names[i] if i < len(names) else "")
+        old = final[i] if i in final else olds.get(i, "")
         if old != n:
             if old and id_of(old) == i:
                 moved[old] = None
@@ -133,25 +85,20 @@ def names_update(names: list[str], index: dict[str, int], sorted_names: SortedNa
         if n and id_of(n) != i:
             moved[n] = i
 
-    ids = np.asarray(changes.ids).tolist()
-    if any(not 0 <= i < end for i in ids):
-        raise ValueError(f"a renamed id is outside the {end} ids known")
     for i, n in zip(ids, changes.renamed):
         write(i, n)
     for j, n in enumerate(changes.names):
         write(start + j, n)
-    if moved:
-        # The names indexed now that the sorted names may not hold yet; the ones that left the index
-        # stay there until a rebuild (a search checks each name on the index).
-        back = sorted(n for n, i in moved.items() if i is not None)
-        sorted_names = sorted_names.added(back, lambda n: id_of(n) is not None)
+    # The names indexed now that the name order may not hold yet; the ones that left the index stay there
+    # until a rebuild (a search checks each name on the index).
+    back = sorted(n for n, i in moved.items() if i is not None)
     return NamesUpdate(
-        sorted_names, writes={i: n for i, n in final.items() if i < len(names)},
-        tail=[final.get(i, "") for i in range(len(names), end)], index=moved,
+        writes={i: n for i, n in final.items() if i < have}, tail=[final.get(i, "") for i in range(have, end)],
+        index=moved, recent=[n for n, held in zip(back, book.in_order(back)) if not held],
     )
 
 
-def as_patch(names: list[str], changes: NameChanges) -> NameChanges:
+def as_patch(names: Sequence[str], changes: NameChanges) -> NameChanges:
     """``changes`` as a patch of ``names`` where they are a whole list (``start == 0``) no shorter than it:
     the ids whose name differs, renamed, and the ids past it, added. :func:`names_update` makes the same
     of either (the names of the ids are unique), but of the patch in time that follows the differences:
@@ -164,30 +111,8 @@ def as_patch(names: list[str], changes: NameChanges) -> NameChanges:
     return NameChanges(len(names), list(new[len(names):]), np.array(differ, np.int64), [new[i] for i in differ])
 
 
-def whole_index(names: list[str]) -> dict[str, int]:
-    """``names`` (by id) indexed by name: a name's last id, never the empty name (which names no vertex). Built a
-    slice at a time, in C within each (a fifth quicker than a comprehension at millions): a thread building
-    it hands the interpreter over between slices, so requests are served meanwhile (one call over millions of
-    names holds it for most of a second)."""
-    index: dict[str, int] = {}
-    for at in range(0, len(names), INDEX_SLICE):
-        index.update(zip(names[at : at + INDEX_SLICE], range(at, at + INDEX_SLICE)))
-    index.pop("", None)
-    return index
-
-
-def sorted_in_slices(names: list[str]) -> list[str]:
-    """``sorted(names)``, a slice at a time and then in merges of two sorted runs (which timsort does in
-    linear time), so that the thread sorting hands the interpreter over between them: one sort of 2.5 M
-    names holds it for half a second, the largest merge here for a fifth of that."""
-    runs = [sorted(names[at : at + INDEX_SLICE]) for at in range(0, len(names), INDEX_SLICE)]
-    while len(runs) > 1:
-        runs = [sorted(runs[k] + runs[k + 1]) if k + 1 < len(runs) else runs[k] for k in range(0, len(runs), 2)]
-    return runs[0] if runs else []
-
-
 def scan_id(names: list[str], name: str) -> int | None:
-    """The id :func:`whole_index` would give ``name``, by a pass over the list (``list.index``: milliseconds
+    """The id the book's index would give ``name`` (its last), by a pass over the list (``list.index``: milliseconds
     at millions of names)."""
     if not name:  # names no vertex (the ids given back hold it)
         return None
@@ -200,21 +125,22 @@ def scan_id(names: list[str], name: str) -> int | None:
 
 
 def scan_index(names: list[str], prefix: str) -> dict[str, int]:
-    """The entries :func:`whole_index` would hold for the names starting with ``prefix``, by one pass over the
+    """The entries the book's index would hold for the names starting with ``prefix``, by one pass over the
     list: what a lookup is answered with while that index is being built (tens of milliseconds at millions of
     names, against a dictionary read). The route asks for a prefix of one character at least."""
     return {n: i for i, n in enumerate(names) if n and n.startswith(prefix)}
 
 
-def search_names(index: dict[str, int], names: SortedNames, prefix: str, limit: int, vertices: int, scan: int,
-                 present: np.ndarray | None) -> list[str]:
-    """The search of :meth:`pulsegraph.api.store.ResultStore.search` over ``index`` and its sorted ``names``."""
+def search_names(id_of: Callable[[str], int | None], ordered: Iterator[str], prefix: str, limit: int, vertices: int,
+                 scan: int, present: np.ndarray | None) -> list[str]:
+    """The search of :meth:`pulsegraph.api.store.ResultStore.search`: the names ``ordered`` goes through (in name
+    order, from ``prefix`` on), each checked on the index (``id_of``)."""
     out: list[str] = []
-    for name in itertools.islice(names.starting(prefix), scan):
+    for name in itertools.islice(ordered, scan):
         if len(out) >= limit or not name.startswith(prefix):
             break
-        i_name = index.get(name, vertices)
-        if i_name < vertices and (present is None or bool(present[i_name])):
+        i_name = id_of(name)
+        if i_name is not None and i_name < vertices and (present is None or bool(present[i_name])):
             out.append(name)
     return out
 
@@ -253,7 +179,7 @@ class NamesJournal:
         self._bytes = self.path.stat().st_size if self.path.exists() else 0
         self._whole = 0  # the size of the whole list the file starts with (0: unknown, or none)
 
-    def append(self, epoch: int, changes: NameChanges, names: list[str]) -> None:
+    def append(self, epoch: int, changes: NameChanges, names: Sequence[str]) -> None:
         """Journal ``changes`` (which made ``names``, the store's list now) as of ``epoch``. Raises OSError."""
         if changes.start == 0:
             self._rewrite(epoch, changes)
@@ -263,7 +189,7 @@ class NamesJournal:
             fh.write(record)
         self._bytes += len(record)
         if self._bytes > max(JOURNAL_MIN, JOURNAL_SHARE * self._whole):
-            self._rewrite(epoch, NameChanges(0, names))
+            self._rewrite(epoch, NameChanges(0, list(names)))
 
     def _rewrite(self, epoch: int, whole: NameChanges) -> None:
         record = self._record(epoch, whole)

@@ -5,6 +5,8 @@ and the movers between two epochs. Pure functions of score and rank arrays; the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from pulsegraph.compute.results import EpochResult
@@ -80,7 +82,7 @@ def held_in_both(a: EpochResult, b: EpochResult) -> np.ndarray | None:
     return held(a, pa) & held(b, pb)
 
 
-def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: list[str], k: int,
+def mover_items(from_ranks: np.ndarray, to_ranks: np.ndarray, scores: np.ndarray, names: Sequence[str], k: int,
                 held: np.ndarray | None = None) -> tuple[list[dict], list[dict]]:
     """The movers form ``{"vertex", "from_rank", "to_rank", "change", "score"}`` of :func:`movers_of`
     (``score``: in the newer epoch), rising and falling; /v1/movers and the results topic answer it."""

@@ -27,6 +27,7 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -38,9 +39,8 @@ from pulsegraph.api.graph import GraphHistory
 from pulsegraph.api.graphparts import PartitionedGraph
 from pulsegraph.api.history import ArrayHistory
 from pulsegraph.api.hubs import HubEdges
-from pulsegraph.api.names import (
-    NamesUpdate, SortedNames, as_patch, names_update, scan_id, scan_index, search_names, sorted_in_slices, whole_index,
-)
+from pulsegraph.api.namebook import NameBook
+from pulsegraph.api.names import NamesUpdate, as_patch, names_update, scan_id, scan_index, search_names
 from pulsegraph.api.ranking import TOP_CACHE, certified_ranks, rank_order, top_of
 from pulsegraph.compute.apps.base import AppResult
 from pulsegraph.compute.ids import NameChanges
@@ -90,7 +90,7 @@ class EpochView:
             m = self._certified[algo] = certified_ranks(scores[ids] if len(ids) else np.zeros(0), self.result.bound(algo))
         return m
 
-    def top_items(self, algo: str, names: list[str]) -> list[bytes]:
+    def top_items(self, algo: str, names: Sequence[str]) -> list[bytes]:
         """The top of ``algo`` as JSON objects ``{"rank","vertex","score","previous_rank"}``, encoded once."""
         items = self._top_items.get(algo)
         if items is None:
@@ -120,8 +120,10 @@ class ResultStore:
     def __init__(self, retain: int = 120, archive: ResultArchive | None = None, graph: PartitionedGraph | None = None) -> None:
         self.retain = retain
         self.archive = archive
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
+        # The names by id, their index and order; while the names taken back at a start are being packed,
+        # ``names`` is their list (see take_back).
+        self._book = NameBook()
+        self.names: Sequence[str] = self._book
         self.types: list[str] = []
         self.graph: GraphHistory | PartitionedGraph = graph or GraphHistory(retain)  # partitioned: pulsegraph.api.graphparts
         # The applications' per-vertex arrays (pulsegraph.compute.apps), kept as undo records like the graph.
@@ -130,9 +132,8 @@ class ResultStore:
         self.landmarks_from = ArrayHistory(retain, fill=65535)
         # A patch did not apply (the feed missed a result): the feed asks the compute stage for whole arrays.
         self.resend_whole = False
-        self._sorted_names = SortedNames()
-        # Names taken back at a start whose index (and sorted names) a thread is building meanwhile: until it
-        # is done, a lookup scans this list (see take_back).
+        # Names taken back at a start that a thread is packing meanwhile: until it is done, a lookup scans this
+        # list (see take_back).
         self._unindexed: list[str] | None = None
         self._indexing: threading.Thread | None = None
         self._epochs: collections.OrderedDict[int, EpochView] = collections.OrderedDict()
@@ -195,7 +196,7 @@ class ResultStore:
             self._await_index()  # the changes patch the index
             # A whole list mostly as the store has it (a restart's first pull) costs what differs; the journal
             # below still takes it whole (it may hold records past the names taken back).
-            update = names_update(self.names, self.index, self._sorted_names, as_patch(self.names, names))
+            update = names_update(self._book, as_patch(self._book, names))
         self._take_view(settle)
         undo = self._keep_changes(views)
         if self.archive is not None and notify:
@@ -247,6 +248,7 @@ class ResultStore:
             # After the swap: a journal rewritten whole writes the list as it is now (this is the only writer).
             # Not the names taken back at a start: the journal holds them already.
             self.archive.save_names(newest.epoch if newest is not None else 0, names, self.names)
+        self._book.settle()
         self._cool(cold)
         for v in views:
             for listener in listeners:
@@ -265,12 +267,12 @@ class ResultStore:
         and the archive is not written."""
         self.provisional = True
         if names.start == 0:
-            # Their ids are named at once; the index by name (and the sorted names a search bisects), most
-            # of a second per million names, is built on a thread of its own, so serving starts without it.
+            # Their ids are named at once; the names packed with their index and order, seconds at millions of
+            # names, on a thread of its own, so serving starts without them.
             # The thread starts once the API serves (serving), not to take the interpreter from its start.
             whole = list(names.names)
             with self._lock:
-                self.names, self.index, self._unindexed = whole, {}, whole
+                self.names, self._unindexed = whole, whole
             self._indexing = threading.Thread(target=self._build_index, args=(whole,), name="names-index", daemon=True)
         self.add(results, None if names.start == 0 else names, notify=False, ranks_of=ranks_of, tops_of=tops_of)
 
@@ -292,10 +294,9 @@ class ResultStore:
                 self.view_reader.start()
 
     def _build_index(self, names: list[str]) -> None:
-        index = whole_index(names)
-        sorted_names = SortedNames(sorted_in_slices(list(index)))
+        book = NameBook(names)
         with self._lock:
-            self.index, self._sorted_names = index, sorted_names
+            self.names = self._book = book
             self._unindexed = None
 
     def _await_index(self) -> None:
@@ -365,19 +366,11 @@ class ResultStore:
         self._algorithms = tuple(sorted(algos))
 
     def _apply_names(self, u: NamesUpdate) -> None:
-        """Swap in a :func:`names_update` (under the lock)."""
-        if u.names is not None and u.full_index is not None:
-            self.names, self.index = u.names, u.full_index
+        """Write a :func:`names_update` (under the lock)."""
+        if u.book is not None:
+            self.names = self._book = u.book
         else:
-            for i, n in u.writes.items():
-                self.names[i] = n
-            self.names.extend(u.tail)
-            for n, at in u.index.items():
-                if at is None:
-                    self.index.pop(n, None)
-                else:
-                    self.index[n] = at
-        self._sorted_names = u.sorted_names
+            self._book.apply(u.writes, u.tail, u.index, u.recent)
 
     def _cool(self, views: list[EpochView]) -> None:
         """Serve ``views`` from their archive files from now on (those still in memory, and archived)."""
@@ -472,10 +465,15 @@ class ResultStore:
         with self._lock:
             return len(self._epochs)
 
+    @property
+    def index(self) -> Mapping[str, int]:
+        """The names' index (name -> id), read-only: what a test compares with a dict."""
+        return self._book.by_name
+
     def id_of(self, name: str) -> int | None:
         """The id a vertex's name has now (None: no vertex has it)."""
-        pending = self._unindexed  # read first: the index is swapped in before this is cleared
-        return scan_id(pending, name) if pending is not None else self.index.get(name)
+        pending = self._unindexed  # read first: the book is swapped in before this is cleared
+        return scan_id(pending, name) if pending is not None else self._book.get(name)
 
     def vertex_id(self, name: str) -> int:
         i = self.id_of(name)
@@ -489,12 +487,13 @@ class ResultStore:
 
         Looks at no more than ``scan`` candidates, so a prefix shared by most
         vertices of a later epoch cannot make one request walk the whole index.
-        The sorted names hold each indexed name once (never an empty name), and
+        The book's name order holds each indexed name once (never an empty name), and
         maybe names no longer indexed; each is checked on the id the index maps
         it to now: with reused ids a name that moved is listed for its new id only.
         """
         pending = self._unindexed
         if pending is not None:  # the names taken back are being indexed: the ones with this prefix, by a pass
             index = scan_index(pending, prefix)
-            return search_names(index, SortedNames(sorted(index)), prefix, limit, vertices, scan, present)
-        return search_names(self.index, self._sorted_names, prefix, limit, vertices, scan, present)
+            return search_names(index.get, iter(sorted(index)), prefix, limit, vertices, scan, present)
+        book = self._book
+        return search_names(book.get, book.starting(prefix), prefix, limit, vertices, scan, present)

@@ -18,7 +18,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 * ``rowtable``: :class:`pulsegraph.compute.apps.adjacency.RowTable` of ~20 M entries (rows skewed as a mention graph's in-pairs), 20
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
   compaction; bytes per live entry.
-* ``api-names``: :func:`pulsegraph.api.names.names_update` on 3 M names, five epochs of 20 k new names each.
+* ``api-names``: the API's names of 3 M vertices: bytes per name, five epochs of 20 k new names each\n  (:func:`pulsegraph.api.names.names_update`, written as the store writes it), a lookup of 50 k names.
 * ``graph-view``: :meth:`pulsegraph.api.graph.GraphHistory.apply` of a whole epoch of 20 M edges (the first epoch
   after a restart), into an empty view and over a full one.
 * ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
@@ -103,18 +103,46 @@ def rowtable(mod) -> str:
 
 
 def api_names(mod) -> str:
+    """The API's names of 3 M vertices (names like the growing stream's): bytes per name (traced, the strings
+    included), five epochs of 20 k new names each worked out and written as the store does, and a lookup of 50 k
+    names. A revision before the packed book held a list, a dict and sorted lists."""
     from pulsegraph.compute.ids import NameChanges
 
     n, k = 3_000_000, 20_000
-    names = [f"u{i}" for i in range(n)]
-    index = {name: i for i, name in enumerate(names)}
-    held = mod.SortedNames(sorted(index)) if hasattr(mod, "SortedNames") else sorted(index)
+    order = np.random.default_rng(0).permutation(n).tolist()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    names = [f"user{i}" for i in order]
+    if hasattr(mod, "SortedNames"):
+        index = {name: i for i, name in enumerate(names)}
+        held = mod.SortedNames(sorted(index))
+        lookup = index.get
+    else:
+        book = mod.NameBook(names)
+        del names
+        lookup = book.get
+    size = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
     times = []
     for e in range(5):
+        new = NameChanges(n + e * k, [f"new{e}.{j}" for j in range(k)])
         t0 = time.perf_counter()
-        held = mod.names_update(names, index, held, NameChanges(n, [f"new{e}.{j}" for j in range(k)])).sorted_names
+        if hasattr(mod, "SortedNames"):
+            u = mod.names_update(names, index, held, new)
+            names.extend(u.tail)
+            index.update((name, at) for name, at in u.index.items() if at is not None)
+            held = u.sorted_names
+        else:
+            u = mod.names_update(book, new)
+            book.apply(u.writes, u.tail, u.index, u.recent)
+            book.settle()
         times.append(time.perf_counter() - t0)
-    return f"{n:,} names, {k:,} new an epoch: " + " / ".join(f"{t * 1000:.0f}" for t in times) + " ms"
+    asked = [f"user{i}" for i in range(0, n, n // 50_000)]
+    t0 = time.perf_counter()
+    found = sum(lookup(name) is not None for name in asked)
+    looked = time.perf_counter() - t0
+    return (f"{n:,} names: {size / n:.0f} B per name; {k:,} new an epoch: " + " / ".join(f"{t * 1000:.0f}" for t in times)
+            + f" ms; {found:,} looked up one by one in {looked * 1000:.0f} ms")
 
 
 def graph_view(mod) -> str:

@@ -38,7 +38,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import orjson
@@ -93,7 +93,7 @@ def _rounded(x: float, decimals: int | None) -> float:
     return float(x) if decimals is None else round(float(x), decimals)
 
 
-def epoch_record(view: EpochView, names: list[str], k: int) -> dict:
+def epoch_record(view: EpochView, names: Sequence[str], k: int) -> dict:
     """The record of one ranked epoch: a function of the epoch (and of the ranked epoch before it, for
     the movers) only, never of when or how often it is built."""
     r = view.result

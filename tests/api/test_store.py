@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pulsegraph.api.namebook
 import pulsegraph.api.names
 from pulsegraph.api.exceptions import NotFound
 from pulsegraph.api.store import ResultStore
@@ -92,11 +93,11 @@ def reference_names(names: list[str], index: dict[str, int], changes: NameChange
     return names, index
 
 
-@pytest.mark.parametrize("rebuild_min", [pulsegraph.api.names.REBUILD_MIN, 0])
+@pytest.mark.parametrize("rebuild_min", [pulsegraph.api.namebook.REBUILD_MIN, 0])
 @pytest.mark.parametrize("seed", range(20))
 def test_names_patched_in_place_match_the_names_written_one_by_one(seed, rebuild_min, monkeypatch):
-    # The sorted names rebuilt as rarely as the service does (never, for so few names), and every time.
-    monkeypatch.setattr(pulsegraph.api.names, "REBUILD_MIN", rebuild_min)
+    # The book's base rebuilt as rarely as the service does (never, for so few names), and every time.
+    monkeypatch.setattr(pulsegraph.api.namebook, "REBUILD_MIN", rebuild_min)
     rng = np.random.default_rng(seed)
     pool = ["", *(f"n{k}" for k in range(12))]  # few names, so they move between ids and come back
     store = ResultStore(retain=4)
@@ -111,8 +112,8 @@ def test_names_patched_in_place_match_the_names_written_one_by_one(seed, rebuild
         names, index = reference_names(names, index, changes)
         store.add([epoch(e, len(names), [True] * len(names))], changes)
         assert store.names == names and store.index == index, e
-        # What search bisects: each indexed name once, in order (names no longer indexed may linger).
-        held = list(store._sorted_names)
+        # What search goes through: each indexed name once, in order (names no longer indexed may linger).
+        held = list(store._book.starting(""))
         assert held == sorted(set(held)) and [n for n in held if n in index] == sorted(index), e
         assert listed(store) == sorted(index)[:100], e
 

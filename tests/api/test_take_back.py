@@ -17,9 +17,8 @@ from fastapi.testclient import TestClient
 from pulsegraph.api.app import create_app
 from pulsegraph.api.archive import ResultArchive
 from pulsegraph.api.exceptions import NotFound
-from pulsegraph.api.names import (
-    INDEX_SLICE, JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names, sorted_in_slices, whole_index,
-)
+from pulsegraph.api.namebook import NameBook
+from pulsegraph.api.names import JOURNAL_MIN, JOURNAL_SHARE, NAMES_FILE, NamesJournal, apply_names
 from pulsegraph.api.store import ResultStore
 from pulsegraph.compute.ids import NameChanges
 from tests.api.test_archive import NAMES, result
@@ -118,12 +117,13 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
 
     began, built = threading.Event(), threading.Event()
 
-    def slow_index(names):  # the index of a few million names takes most of a second
-        began.set()
-        assert built.wait(10)
-        return whole_index(names)
+    def slow_book(names=None):  # packing a few million names takes seconds
+        if names:
+            began.set()
+            assert built.wait(10)
+        return NameBook(names)
 
-    monkeypatch.setattr(store_module, "whole_index", slow_index)
+    monkeypatch.setattr(store_module, "NameBook", slow_book)
     names = NAMES[:4] + ["w4", "v5", "", "v10"]
     served(tmp_path, [1, 2], [NameChanges(0, names), None])
     archive, store = restarted(tmp_path)
@@ -144,15 +144,8 @@ def test_names_taken_back_are_looked_up_while_their_index_is_built_and_the_feed_
     assert feed.is_alive(), "the feed's names patch the index: it waits for it"
     built.set()
     feed.join(10)
-    assert not feed.is_alive() and store.index == {**whole_index(names), "v11": 8}
+    assert not feed.is_alive() and store.index == {**{n: i for i, n in enumerate(names) if n}, "v11": 8}
     assert [store.search(p, 10, 8) for p in ("v", "v1", "w", "x")] == during, "the same answers from the index"
-
-
-@pytest.mark.parametrize("count", [0, 1, INDEX_SLICE - 1, INDEX_SLICE, 3 * INDEX_SLICE + 7])
-def test_names_sorted_in_slices_are_sorted(count):
-    rng = np.random.default_rng(count)
-    names = [f"v{k}" for k in rng.integers(0, 10 * count + 1, count).tolist()]
-    assert sorted_in_slices(names) == sorted(names)
 
 
 def test_the_graph_of_epochs_taken_back_is_not_kept_and_says_so_until_the_pipeline_brings_it(tmp_path):
