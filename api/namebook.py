@@ -25,6 +25,8 @@ import bisect
 import dataclasses
 import heapq
 import itertools
+import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -33,6 +35,8 @@ import numpy as np
 
 from pulsegraph.base.arrays import gather_ranges
 from pulsegraph.snapshots.nametable import hashes
+
+log = logging.getLogger(__name__)
 
 # The changes since the base (names, renames, moves) are folded into a new base once they pass this share of it,
 # and at least REBUILD_MIN: amortized, a name is packed 1 / REBUILD_SHARE times over its life.
@@ -281,7 +285,9 @@ class NameBook(Sequence[str]):
         this outside the store's lock, and it is the only writer, so nothing is written meanwhile)."""
         s = self._s
         if s.changes() > max(REBUILD_MIN, REBUILD_SHARE * s.base.n):
+            t0 = time.perf_counter()
             self._s = _State(_rebuilt(s))
+            log.debug("vertex names packed again: %d names in %.2f s", len(self._s), time.perf_counter() - t0)
 
     @property
     def nbytes(self) -> int:
