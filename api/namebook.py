@@ -320,7 +320,7 @@ def _rebuilt(s: _State) -> _Base:
     indexed[over] = False
     indexed[b.holding(list(s.moved))[1]] = False
     # Each moved name's id now (its hash too: the base may have held the name there unindexed, without one).
-    now = {n: at for n, at in s.moved.items() if at is not None}
+    now = {name: at for name, at in s.moved.items() if at is not None}
     ats = np.fromiter(now.values(), np.int64, count=len(now))
     indexed[ats], keyed[ats] = True, hashes(list(now)).view(np.int64)
     if len(raw) - int(lens.sum()) > DEAD_SHARE * len(raw):

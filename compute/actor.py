@@ -327,9 +327,8 @@ class ComputeActor:
         """Asked by the status poll every second, during a batch too: the newest epoch merged (or being
         merged), how long the batch being merged has run (None: none is), and why a result's applications
         failed or an owned actor died (None: neither): with no batch after it (the stream's end) only this
-        reports it. Between batches it also
-        hands back what the K-exposure recount freed on its own thread (see :class:`HeapTrimmer`); not
-        during one, whose arrays would come back at once."""
+        reports it. Between batches it also hands back what the K-exposure recount freed on its own thread
+        (see :class:`HeapTrimmer`); not during one, whose arrays would come back at once."""
         since = self._batch_since
         if since is None:
             self._trimmer.maybe_trim()

@@ -395,7 +395,8 @@ class Pipeline:
         ingest = ray.get([a.status.remote() for a in self.ingest], timeout=STATUS_TIMEOUT_S)
         coord = ray.get(self.coordinator.status.remote(), timeout=STATUS_TIMEOUT_S)
         *_, compute = ray.get([s.ping.remote() for s in self.shards] + [self.compute.status.remote()], timeout=STATUS_TIMEOUT_S)
-        # A result's applications that failed in their own actor: the next batch fails on it, but there may be none.
+        # A result's applications that failed, or an actor the compute stage owns found dead: the next batch would
+        # fail on it, but there may be none (the stream's end).
         failed = coord["failed"] or compute.pop("failed", None) or next((i["error"] for i in ingest if i["error"]), None)
         disconnected = not all(i["connected"] for i in ingest)
         # The broker answers, but a partition cannot be read on until the operator acts (its reason says how).

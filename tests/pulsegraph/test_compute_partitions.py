@@ -78,8 +78,8 @@ def run(tmp_path, lines, parts: int, rate: float = 0, kill: int | str | None = N
             p.wait_for_epoch(lambda v: relaunched(p, 1), timeout=90)
         view = p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=120)
         # Killed at the end, the relaunched stage re-merges what the API already serves: its graph is read once it
-        # merged the served epoch (the read waits behind that batch).
-        deadline = time.monotonic() + 60
+        # merged the served epoch (the read waits behind that batch): a minute or more while other tests load 2 cores.
+        deadline = time.monotonic() + 150
         while ray.get(p.compute.latest_epoch.remote()) < view.result.epoch:
             assert time.monotonic() < deadline, f"the compute stage never got back to epoch {view.result.epoch}"
             time.sleep(0.1)
