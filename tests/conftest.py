@@ -22,25 +22,30 @@ KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka.sh"
 INTEGRATION_FIXTURES = frozenset({"ray_cluster", "kafka_broker"})
 
 
-# The longest test files (~50-290 s each under the three workers of make test), longest first: pytest-xdist
+# The longest test files (~40-200 s each under the three workers of make test), longest first: pytest-xdist
 # (--dist loadfile) hands files out in collection order, so these start first and no worker is left
 # running one of them alone at the end (longest first is the classic greedy schedule). The Kafka
-# security file comes later: not among the three that run while every worker starts its broker and
-# Ray at once, which slowed its refusals past their bounds. Measured with --durations=0 (2026-12-07).
+# security file comes fourth: not among the three that run while every worker starts its broker and
+# Ray at once, which slowed its refusals past their bounds. By the durations of a clean-clone CI run
+# (2026-12-07, 2-core AMD EPYC): a file that starts three services or a cluster of its own (restart
+# serving, the cluster) is short alone (~30 s) but takes 70-125 s under the suite's load.
 LONGEST_FILES = (
+    "tests/ingest/test_chaos.py",
     "tests/pulsegraph/test_compute_partitions.py",
     "tests/pulsegraph/test_recovery.py",
-    "tests/pulsegraph/test_apps_loss.py",
-    "tests/ingest/test_chaos.py",
     "tests/ingest/test_kafka_secure.py",
+    "tests/pulsegraph/test_apps_loss.py",
+    "tests/pulsegraph/test_restart_serving.py",
     "tests/ingest/test_kafka.py",
     "tests/pulsegraph/test_results_topic.py",
+    "tests/ingest/test_kafka_faults.py",
+    "tests/pulsegraph/test_cluster.py",
     "tests/compute/test_compute_actor.py",
     "tests/pulsegraph/test_exposure.py",
     "tests/pulsegraph/test_result_lag.py",
-    "tests/compute/test_apps_actor.py",
-    "tests/pulsegraph/test_compute_queue.py",
     "tests/test_types.py",  # mypy, ~20-50 s with its cache cold (as in CI)
+    "tests/pulsegraph/test_compute_queue.py",
+    "tests/compute/test_apps_actor.py",
 )
 
 
