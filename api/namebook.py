@@ -34,7 +34,7 @@ from typing import overload
 import numpy as np
 
 from pulsegraph.base.arrays import gather_ranges
-from pulsegraph.snapshots.nametable import hashes
+from pulsegraph.snapshots.nametable import ERRORS, encoded, hashes
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,12 @@ DEAD_SHARE = 0.5
 # Names are put in order by this many leading bytes in NumPy; those sharing them, by the names themselves.
 PREFIX = 16
 CHUNK = 1 << 18
-# Any str round-trips, lone surrogates included (a JSON string may hold one).
-_ERRORS = "surrogatepass"
 _ABSENT = -1  # not among the moved names (an id is never negative)
 
 
 def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
-    enc = [n.encode("utf-8", _ERRORS) for n in names]
-    return b"".join(enc), np.fromiter(map(len, enc), dtype=np.int32, count=len(enc))
+    raw, lens = encoded(names)
+    return raw, lens.astype(np.int32)
 
 
 def _offsets(lens: np.ndarray) -> np.ndarray:
@@ -80,7 +78,7 @@ class _Base:
 
     def name(self, i: int) -> str:
         s = int(self.starts[i])
-        return self.raw[s : s + int(self.lens[i])].decode("utf-8", _ERRORS)
+        return self.raw[s : s + int(self.lens[i])].decode("utf-8", ERRORS)
 
     def holding(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every (k, id) where the index holds ``names[k]`` at id, as the base named it: one search over the

@@ -32,7 +32,7 @@ DEAD_SHARE = 0.5
 # ... and at least this many: a small table is not rewritten for a few removals.
 MIN_DEAD = 1 << 16
 # Any str round-trips, lone surrogates included (a JSON string may hold one).
-_ERRORS = "surrogatepass"
+ERRORS = "surrogatepass"
 
 
 def hashes(names: list[str]) -> np.ndarray:
@@ -40,8 +40,9 @@ def hashes(names: list[str]) -> np.ndarray:
     return np.fromiter(map(hash, names), dtype=np.int64, count=len(names)).view(np.uint64)
 
 
-def _encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
-    enc = [n.encode("utf-8", _ERRORS) for n in names]
+def encoded(names: list[str]) -> tuple[bytes, np.ndarray]:
+    """The names' UTF-8 bytes joined, and each one's length (int64)."""
+    enc = [n.encode("utf-8", ERRORS) for n in names]
     return b"".join(enc), np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
 
 
@@ -150,7 +151,7 @@ class NameTable:
         if n < 0:
             return None
         s = int(self._start.view[i])
-        return self._blob.view[s : s + n].tobytes().decode("utf-8", _ERRORS)
+        return self._blob.view[s : s + n].tobytes().decode("utf-8", ERRORS)
 
     def __iter__(self) -> Iterator[str | None]:
         return iter(self.tolist())
@@ -166,7 +167,7 @@ class NameTable:
             if n < 0:
                 out.append(None)
             else:
-                out.append(raw[at : at + n].decode("utf-8", _ERRORS))
+                out.append(raw[at : at + n].decode("utf-8", ERRORS))
                 at += n
         return out
 
@@ -184,7 +185,7 @@ class NameTable:
 
     def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
         """Whether each id holds the name given for it: lengths first, then the bytes, all at once."""
-        raw, lengths = _encoded(names)
+        raw, lengths = encoded(names)
         asked = np.frombuffer(raw, dtype=np.uint8)
         same = np.flatnonzero(self._len.view[ids] == lengths)
         if len(same) < len(ids):  # only the names of the length held are compared byte for byte
@@ -202,7 +203,7 @@ class NameTable:
         ``hashed`` and ``taken`` as :meth:`lookup` had them for these names, nothing added since."""
         if not names:
             return
-        self._add_encoded(names, np.asarray(ids, dtype=np.int64), *_encoded(names), hashed, taken)
+        self._add_encoded(names, np.asarray(ids, dtype=np.int64), *encoded(names), hashed, taken)
 
     def _add_encoded(self, names: list[str], ids: np.ndarray, raw: bytes, lengths: np.ndarray,
                      hashed: np.ndarray | None = None, taken: np.ndarray | None = None) -> None:
@@ -262,7 +263,7 @@ class NameTable:
     @staticmethod
     def _decoded(raw: bytes, lengths: np.ndarray) -> list[str]:
         ends = np.cumsum(lengths).tolist()
-        return [raw[a:b].decode("utf-8", _ERRORS) for a, b in zip([0, *ends[:-1]], ends)]
+        return [raw[a:b].decode("utf-8", ERRORS) for a, b in zip([0, *ends[:-1]], ends)]
 
     @classmethod
     def of(cls, names: list[str | None]) -> NameTable:
