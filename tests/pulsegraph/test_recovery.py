@@ -213,14 +213,24 @@ def test_epochs_re_cut_after_a_crash_are_checkpointed(ray_cluster, tmp_path):
     log (it used to stay behind until new records came, and every restart re-cut the same epochs)."""
     lines = edge_lines(1200, seed=15)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    s = settings(tmp_path, rate=1500)
+    s = settings(tmp_path, rate=1000)
+    store = CheckpointStore(tmp_path / "data")
+
+    def written() -> list[int]:
+        return sorted(int(f.name.split("-")[1]) for f in store.root.iterdir() if (f / "MANIFEST").exists())
+
     p = Pipeline(s).start()
     p.wait_for_epoch(lambda v: v.result.vector.get("file:0") == len(lines), timeout=60)
+    # Checkpoints are written behind the served epochs: under the suite's load the stream's end can be served
+    # before its second checkpoint is on disk, and the test needs one to delete and one to restart from.
+    deadline = time.monotonic() + 60
+    while len(written()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     crash(p)
-    store = CheckpointStore(tmp_path / "data")
     logged = EpochLog.read(str(tmp_path / "data" / "epochs.log"))
     # As if the crash had come before the newest checkpoints were written: the log is ahead of them.
-    newest, kept = sorted(int(f.name.split("-")[1]) for f in store.root.iterdir() if (f / "MANIFEST").exists())[-2:][::-1]
+    assert len(written()) >= 2, f"the stream's {len(logged)} logged epochs left checkpoints {written()}"
+    newest, kept = written()[-2:][::-1]
     shutil.rmtree(store.folder(newest))
     assert store.latest().epoch == kept
     want = max(e.epoch for e in logged if e.epoch % s.checkpoint_every == 0)
