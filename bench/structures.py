@@ -7,6 +7,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
 
     .venv/bin/python -m bench.structures rowtable --ref 2039689
     .venv/bin/python -m bench.structures api-names --ref 2039689
+    .venv/bin/python -m bench.structures name-fold --ref e7646ff
     .venv/bin/python -m bench.structures graph-view --ref 8858c2b
     .venv/bin/python -m bench.structures compute-names
     .venv/bin/python -m bench.structures compaction --ref 2039689
@@ -19,6 +20,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   epochs of 50 k changes (half removals, half inserts) and 20 k-row frontiers, then a full read and a
   compaction; bytes per live entry.
 * ``api-names``: the API's names of 3 M vertices: bytes per name, five epochs of 20 k new names each\n  (:func:`pulsegraph.api.names.names_update`, written as the store writes it), a lookup of 50 k names.
+* ``name-fold``: the API's :class:`pulsegraph.api.namebook.NameBook` of 3 M names folding 400 k new names and 20 k
+  renames into a new base, twice.
 * ``graph-view``: :meth:`pulsegraph.api.graph.GraphHistory.apply` of a whole epoch of 20 M edges (the first epoch
   after a restart), into an empty view and over a full one.
 * ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
@@ -143,6 +146,29 @@ def api_names(mod) -> str:
     looked = time.perf_counter() - t0
     return (f"{n:,} names: {size / n:.0f} B per name; {k:,} new an epoch: " + " / ".join(f"{t * 1000:.0f}" for t in times)
             + f" ms; {found:,} looked up one by one in {looked * 1000:.0f} ms")
+
+
+def name_fold(mod) -> str:
+    """The API's name book of 3 M vertices folding its changes into a new base, as the feed thread does once they
+    pass an eighth of it: twice, each time 400 k new names and 20 k renamed (the growing stream's names)."""
+    from pulsegraph.api.names import names_update
+    from pulsegraph.compute.ids import NameChanges
+
+    n, k, r = 3_000_000, 400_000, 20_000
+    rng = np.random.default_rng(0)
+    book = mod.NameBook([f"user{i}" for i in rng.permutation(n).tolist()])
+    times = []
+    for e in range(2):
+        size = len(book)
+        renamed = rng.integers(0, size, r)
+        changes = NameChanges(size, [f"user{n + e * k + j}" for j in range(k)], renamed.astype(np.int64),
+                              [f"renamed{e}.{j}" for j in range(r)])
+        u = names_update(book, changes)
+        book.apply(u.writes, u.tail, u.index, u.recent)
+        t0 = time.perf_counter()
+        book.settle()
+        times.append(time.perf_counter() - t0)
+    return f"{n:,} names, {k:,} new and {r:,} renamed a fold: " + " / ".join(f"{t * 1000:.0f}" for t in times) + " ms"
 
 
 def graph_view(mod) -> str:
@@ -412,6 +438,7 @@ CASES = {
     "overlays": (overlays, "compute/resident.py"),
     "rowtable": (rowtable, "compute/apps/adjacency.py"),
     "api-names": (api_names, "api/names.py"),
+    "name-fold": (name_fold, "api/namebook.py"),
     "graph-view": (graph_view, "api/graph.py"),
     "compute-names": (compute_names, "compute/ids.py"),
     "compaction": (compaction, "compute/resident.py"),

@@ -81,3 +81,26 @@ def test_pulls_written_one_at_a_time_hold_what_the_names_written_one_by_one_do(p
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as mp:
         yield mp
+
+
+def test_folds_of_many_names_merge_them_where_a_whole_sort_would_put_them():
+    """Thousands of names a pull, a fold each time: places found among many names sharing 16-byte prefixes, or one
+    name's, or none; renames and names moved from id to id."""
+    rng = np.random.default_rng(7)
+
+    def some(k: int) -> list[str]:
+        kinds = (lambda j: f"{LONG}{j}", lambda j: f"user{j}", lambda j: f"é{j}\x00", lambda j: f"#{j % 97}")
+        return [kinds[int(rng.integers(4))](int(rng.integers(50_000))) for _ in range(k)]
+
+    names = some(20_000)
+    book, index = NameBook(names), {n: i for i, n in enumerate(names) if n}
+    for _ in range(4):
+        renamed = rng.integers(0, len(names), 2_000)
+        changes = NameChanges(len(names), some(4_000), renamed.astype(np.int64), some(len(renamed)))
+        names, index = reference_names(names, index, changes)
+        update = names_update(book, changes)
+        book.apply(update.writes, update.tail, update.index, update.recent)
+        book.settle()
+        assert not book._s.changes(), "folded"
+        assert book == names and book.by_name == index
+        assert ordered(book) == sorted(index) and ordered(book, LONG + "2") == [n for n in sorted(index) if n >= LONG + "2"]
