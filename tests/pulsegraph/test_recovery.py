@@ -213,7 +213,7 @@ def test_epochs_re_cut_after_a_crash_are_checkpointed(ray_cluster, tmp_path):
     log (it used to stay behind until new records came, and every restart re-cut the same epochs)."""
     lines = edge_lines(1200, seed=15)
     records = {"file:0": write(tmp_path / "events.jsonl", lines)}
-    s = settings(tmp_path, rate=1000)
+    s = settings(tmp_path, rate=1000)  # 1.2 s of stream: ~24 epochs cut at 50 ms, so checkpoints every 3 of them
     store = CheckpointStore(tmp_path / "data")
 
     def written() -> list[int]:
