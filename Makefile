@@ -38,10 +38,12 @@ test-deps:
 # each worker has its own broker and Ray instance (the session fixtures, tests/conftest.py) and takes a
 # test file at a time, so its module fixtures and the order of its tests stay as written. One worker more
 # than this machine's two cores: the integration tests wait on brokers, epochs and paced producers as
-# much as they compute (the whole suite took 15:01 with two workers, 12:37 with three).
+# much as they compute (the whole suite took 15:01 with two workers, 12:37 with three). Files are handed out in
+# the order tests/conftest.py gives them, the longest first (xdist would order them by their count of tests,
+# which leaves the few long tests of a kill or a service restart to the end, one worker busy while two wait).
 TEST_WORKERS ?= 3
 test: install test-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The quick lane of the edit-test loop, under two minutes (~45 s here, ~65 s with mypy's cache cold):
 # the unit and property tests that start no Ray actor, broker or service (pytest -m, see
