@@ -103,7 +103,8 @@ def as_patch(names: Sequence[str], changes: NameChanges) -> NameChanges:
     the ids whose name differs, renamed, and the ids past it, added. :func:`names_update` makes the same
     of either (the names of the ids are unique), but of the patch in time that follows the differences:
     a restart's first pull names every id anew, nearly all as the archive's journal had them (at 2.5 M
-    names the whole list's index and sort took 2.5 s of the feed's take-in, the comparison takes 0.1)."""
+    names the whole list's index and sort took 2.5 s of the feed's take-in, the comparison takes 0.1 with a list
+    and 0.7 with the name book at 3 M names, which reads its names 64 k at a time)."""
     new = changes.names
     if changes.start != 0 or not names or len(new) < len(names):
         return changes
