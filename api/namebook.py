@@ -13,8 +13,9 @@ that swaps in a new base is seen whole or not at all. Once the changes pass :dat
 are folded into a new base, in NumPy, at the cost of what changed: the base's bytes kept and the changed names'
 added, the changed names sorted (by their first 16 bytes, read as two words; a run sharing those, by the names
 themselves) and merged into the base's index and name order, each one's place there bracketed among every 64th
-name's and found by a binary search all of them run in step. UTF-8 bytes sort as Python sorts the strings (by code point, lone surrogates included), so the order is the
-one ``sorted`` gives. (Sorting every name again, as the fold did first, took ~3 s at 3 M names on the feed thread.)
+name's and found by a binary search all of them run in step. UTF-8 bytes sort as Python sorts the strings (by code
+point, lone surrogates included), so the order is the one ``sorted`` gives. (Sorting every name again, as the fold
+did first, took ~3.6 s at 3 M names on the feed thread; merging, 0.7 s.)
 
 The hashes are Python's own string hash, salted per process: the book is never written anywhere (the names' journal
 on disk is :class:`~pulsegraph.api.names.NamesJournal`'s). A lookup checks each id its hash finds against the name
@@ -234,7 +235,8 @@ class _State:
         out: list[str] = []
         if lo < top:
             raw = b.raw
-            out = [raw[a : a + k].decode("utf-8", ERRORS) for a, k in zip(b.starts[lo:top].tolist(), b.lens[lo:top].tolist())]
+            at = zip(b.starts[lo:top].tolist(), b.lens[lo:top].tolist())
+            out = [raw[a : a + k].decode("utf-8", ERRORS) for a, k in at]
             if self.renamed:
                 get = self.renamed.get
                 out = [get(i, name) for i, name in zip(range(lo, top), out)]
