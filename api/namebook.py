@@ -108,20 +108,15 @@ class _Base:
         return out
 
     @classmethod
-    def build(cls, raw: bytes, starts: np.ndarray, lens: np.ndarray, keyed: np.ndarray, indexed: np.ndarray,
-              names: Sequence[str] | None = None) -> _Base:
-        """The base over these bytes, with the ids ``indexed`` marks in the index (``keyed``: every id's hash);
-        ``names``: the names by id where the caller has them as strings (a whole list), else decoded."""
-        ids = np.flatnonzero(indexed).astype(np.int32)
-        by_hash = np.argsort(keyed[ids], kind="stable")
-        unsorted = cls(raw, starts, lens, keyed[ids][by_hash], ids[by_hash], ids)
-        name = unsorted.name if names is None else names.__getitem__
-        return dataclasses.replace(unsorted, order=_name_order(_Words(raw, starts, lens), ids, name))
-
-    @classmethod
     def of(cls, names: list[str]) -> _Base:
+        """The base of a whole list, every non-empty name indexed (a fold merges into a base: :func:`_rebuilt`)."""
         raw, lens = _encoded(names)
-        return cls.build(raw, _offsets(lens), lens, hashes(names).view(np.int64), lens > 0, names)
+        starts = _offsets(lens)
+        ids = np.flatnonzero(lens > 0).astype(np.int32)
+        keyed = hashes(names).view(np.int64)[ids]
+        by_hash = np.argsort(keyed, kind="stable")
+        order = _name_order(_Words(raw, starts, lens), ids, names.__getitem__)
+        return cls(raw, starts, lens, keyed[by_hash], ids[by_hash], order)
 
 
 class _Words:
@@ -399,9 +394,10 @@ def _rebuilt(s: _State) -> _Base:
     stay = ~gone[b.ids]
     new_keys = hashes(list(now)).view(np.int64)
     by = np.argsort(new_keys, kind="stable")
+    new_keys, new_ids = new_keys[by], ats[by].astype(np.int32)
     keys, ids = b.keys[stay], b.ids[stay]
-    at = np.searchsorted(keys, new_keys[by])  # a name's hash among equal ones may go anywhere: a lookup reads them all
-    keys, ids = _inserted(keys, at, new_keys[by]), _inserted(ids, at, ats[by].astype(np.int32))
+    at = np.searchsorted(keys, new_keys)  # a name's hash among equal ones may go anywhere: a lookup reads them all
+    keys, ids = _inserted(keys, at, new_keys), _inserted(ids, at, new_ids)
     words = _Words(raw, starts, lens)
     kept = b.order[~gone[b.order]]
     unsorted = _Base(raw, starts, lens, keys, ids, kept)
