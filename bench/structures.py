@@ -9,7 +9,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures api-names --ref 2039689
     .venv/bin/python -m bench.structures name-fold --ref e7646ff
     .venv/bin/python -m bench.structures graph-view --ref 8858c2b
-    .venv/bin/python -m bench.structures compute-names
+    .venv/bin/python -m bench.structures compute-names --ref a8691a0
     .venv/bin/python -m bench.structures compaction --ref 2039689
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
     .venv/bin/python -m bench.structures shard-store --ref b986fd8
@@ -24,8 +24,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   renames into a new base, twice.
 * ``graph-view``: :meth:`pulsegraph.api.graph.GraphHistory.apply` of a whole epoch of 20 M edges (the first epoch
   after a restart), into an empty view and over a full one.
-* ``compute-names``: :class:`pulsegraph.compute.ids.NameIndex` against a dict over 3 M names: bytes per name
-  (traced), 60 batches of 50 k names put, a lookup of 51 k names.
+* ``compute-names``: :class:`pulsegraph.compute.ids.VertexIds` naming 3 M vertices in 60 epochs of 50 k: bytes per
+  name (traced, the strings too where they are kept), a lookup of 51 k names, a first pull of every name, ``state``.
 * ``compaction``: :meth:`pulsegraph.compute.resident.ResidentGraph.compact` of 20 M pairs with a 1 M-pair overlay.
 * ``overlays``: the ranking's :class:`pulsegraph.compute.resident.ResidentGraph` and the applications'
   :class:`pulsegraph.compute.apps.rowtable.RowTable` over the same 10 M pairs, each doing both one's and the other's
@@ -195,31 +195,34 @@ def graph_view(mod) -> str:
 
 
 def compute_names(mod) -> str:
-    n = 3_000_000
-    names = [f"user{i}" for i in np.random.default_rng(0).permutation(n).tolist()]
+    """The compute stage's :class:`VertexIds` naming 3 M vertices in 60 epochs of 50 k, the strings made as a delta
+    brings them (traced bytes a name, with the strings where the ids keep them), then what reads every name: a
+    lookup of 51 k, a consumer's first pull (:meth:`name_changes` from nothing) and a checkpoint's ``state``."""
+    n, batch = 3_000_000, 50_000
+    order = np.random.default_rng(0).permutation(n)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    index = {name: i for i, name in enumerate(names)}
-    dict_bytes = tracemalloc.get_traced_memory()[0] - base
-    asked = [names[i] for i in np.random.default_rng(1).integers(0, n, 50_000)] + [f"x{i}" for i in range(1000)]
+    ids = mod.VertexIds()
     t0 = time.perf_counter()
-    want = [index.get(name, -1) for name in asked]
-    dict_ms = (time.perf_counter() - t0) * 1000
-    del index
-    base = tracemalloc.get_traced_memory()[0]
-    kept = mod.NameIndex(names)
-    t0 = time.perf_counter()
-    for lo in range(0, n, 50_000):
-        kept.put(names[lo : lo + 50_000], np.arange(lo, min(lo + 50_000, n)))
-    put_s = time.perf_counter() - t0
-    kept_bytes = tracemalloc.get_traced_memory()[0] - base
+    for lo in range(0, n, batch):
+        ids.name([f"user{i}" for i in order[lo : lo + batch].tolist()], lo // batch + 1)
+    name_s = time.perf_counter() - t0
+    kept = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
+    asked = [f"user{i}" for i in np.random.default_rng(1).integers(0, n, 50_000).tolist()] + [f"x{i}" for i in range(1000)]
     t0 = time.perf_counter()
-    got = kept.lookup(asked).tolist()
-    kept_ms = (time.perf_counter() - t0) * 1000
-    assert got == want
-    return (f"{n:,} names: dict {dict_bytes / n:.1f} B a name, lookup of {len(asked):,} {dict_ms:.0f} ms; "
-            f"NameIndex {kept_bytes / n:.1f} B a name, lookup {kept_ms:.0f} ms, 60 puts of 50 k {put_s:.1f} s")
+    got = ids.index.lookup(asked)
+    lookup_ms = (time.perf_counter() - t0) * 1000
+    assert (got[:50_000] >= 0).all() and (got[50_000:] < 0).all()
+    t0 = time.perf_counter()
+    pulled = ids.name_changes(0, 0)
+    pull_s = time.perf_counter() - t0
+    assert len(pulled.names) == n
+    t0 = time.perf_counter()
+    ids.state()
+    state_s = time.perf_counter() - t0
+    return (f"{n:,} names: {kept / n:.1f} B a name; 60 epochs named in {name_s:.1f} s; a lookup of {len(asked):,} "
+            f"{lookup_ms:.0f} ms; a first pull {pull_s:.2f} s; state {state_s:.2f} s")
 
 
 def shard_names(mod) -> str:

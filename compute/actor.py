@@ -220,7 +220,7 @@ class ComputeActor:
         a pull runs beside the next batch, which changes the names, and so may the publisher's thread."""
         graph = self._stage.graph
         since = self._prepared_at
-        kept = _Kept(result, since, graph.name_changes(*since), len(graph.names))
+        kept = _Kept(result, since, graph.name_changes(*since), graph.n)
         self._prepared_at = (result.epoch, kept.named)
         return kept
 

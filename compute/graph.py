@@ -71,7 +71,8 @@ class GlobalGraph:
 
     @property
     def names(self) -> list[str]:
-        """Vertex names by global id ("" for an id given back and not reused yet)."""
+        """Vertex names by global id ("" for an id given back and not reused yet), decoded: a new list each time
+        (the stage itself reads them through :attr:`index` and :meth:`name_changes`)."""
         return self.ids.names
 
     @property
@@ -85,7 +86,7 @@ class GlobalGraph:
 
     @property
     def n(self) -> int:
-        return len(self.ids.names)
+        return len(self.ids)
 
     def set_windowed(self, windowed: bool) -> None:
         """Switch presence on or off; switching on recomputes the mask once from the degrees and
@@ -387,15 +388,16 @@ class GlobalGraph:
         the shards' alone."""
         edges: dict[tuple[str, str, str], tuple[int, int]] = {}
         first: dict[tuple[str, str, str], float] = {}
+        names = self.names
         for cols in self.slots.columns(COLUMNS, live=False).values():
             for s, d, t, m, w, f in zip(*cols):
-                key = (self.names[s], self.names[d], self.types[t])
+                key = (names[s], names[d], self.types[t])
                 if m <= 0 and edges.get(key, (0, 0))[0] > 0:
                     continue
                 if self.windowed and m == 0 and w == 0 and f == np.inf:
                     continue  # a released slot
                 edges[key], first[key] = (int(m), int(w)), float(f)
         present = self.present()
-        vertices = {name: None for i, name in enumerate(self.names) if present is None or present[i]}
+        vertices = {name: None for i, name in enumerate(names) if present is None or present[i]}
         return {"vertices": vertices, "edges": edges, "first_ts": first}
 

@@ -34,61 +34,22 @@ import numpy as np
 
 from pulsegraph.base.arrays import add_at, unique
 from pulsegraph.snapshots.growable import Column
-from pulsegraph.snapshots.nametable import HashIndex
+from pulsegraph.snapshots.nametable import NameTable
 
 
 class NameIndex:
-    """Name -> id of the names in ``names`` (the list of names by id it indexes, shared, not copied).
+    """Name -> id of the names a :class:`~pulsegraph.snapshots.nametable.NameTable` holds (shared, not copied): the
+    mapping methods for single names, :meth:`lookup` for a batch at array speed."""
 
-    A :class:`~pulsegraph.snapshots.nametable.HashIndex` of the names' 64-bit hashes (13 bytes a name, as the
-    shards keep theirs) in place of a dict (~70: its table, its entry and an int object per id), each
-    candidate checked against ``names``; a clash costs a dict entry, never a wrong id. The mapping
-    methods serve single names; :meth:`lookup` and :meth:`put` do a batch at array speed."""
-
-    def __init__(self, names: list[str]) -> None:
-        self._names = names
-        self._index = HashIndex()
-
-    @classmethod
-    def of(cls, names: list[str]) -> NameIndex:
-        """The index of every non-empty name in ``names`` (``""``: an id that names no vertex)."""
-        idx = cls(names)
-        if "" not in names:  # no id given back (a scan in C): every name at its id, without a list of them
-            idx.put(names, np.arange(len(names), dtype=np.int64))
-            return idx
-        ids = np.array([i for i, name in enumerate(names) if name], dtype=np.int64)
-        idx.put([names[i] for i in ids.tolist()], ids)
-        return idx
+    def __init__(self, table: NameTable) -> None:
+        self._table = table
 
     def __len__(self) -> int:
-        return len(self._index)
-
-    def __reduce__(self):
-        # Built again from the names where it is read back (a stage written whole): it keys Python's string
-        # hashes, which differ from process to process.
-        return NameIndex.of, (self._names,)
-
-    def _holds(self, ids: np.ndarray, names: list[str]) -> np.ndarray:
-        held = self._names
-        return np.fromiter((held[i] == name for i, name in zip(ids.tolist(), names)), dtype=bool, count=len(names))
+        return self._table.held
 
     def lookup(self, names: list[str]) -> np.ndarray:
-        """The id of each name (int64), -1 where it is not indexed."""
-        return self._index.lookup(names, self._holds)
-
-    def put(self, names: list[str], ids: np.ndarray) -> None:
-        """Index distinct ``names`` (none indexed yet, each already at its id in the names list)."""
-        self._index.put(names, ids)
-
-    def discard(self, name: str) -> None:
-        """Stop indexing ``name`` (call while the names list still holds it at its id)."""
-        if name in self:
-            self._index.discard([name])
-
-    def discard_at(self, names: list[str], ids: np.ndarray) -> None:
-        """Stop indexing each of ``names`` that the index maps to its id in ``ids``; each must be the
-        name the names list holds at that id (see :meth:`~pulsegraph.snapshots.nametable.HashIndex.discard_at`)."""
-        self._index.discard_at(names, ids)
+        """The id of each name (int64), -1 where it is not held."""
+        return self._table.lookup(names)
 
     def get(self, name: str, default: int | None = None) -> int | None:
         i = int(self.lookup([name])[0])
@@ -140,8 +101,10 @@ class NameChanges:
 
 class VertexIds:
     def __init__(self, reuse_after: float | None = None) -> None:
-        self.names: list[str] = []  # by id; "" for an id given back and not reused yet
-        self.index = NameIndex(self.names)
+        # The names by id, packed (~35 bytes a name of ~10, hash index included, where a list of strings and its
+        # index cost ~80): the compute actor holds every vertex's. An id given back and not reused yet has none.
+        self.table = NameTable()
+        self.index = NameIndex(self.table)
         self.reuse_after = float(reuse_after) if reuse_after else None
         # The watermark of the epoch being merged (set by give_back, which runs first in each epoch).
         self._watermark = float("-inf")
@@ -160,7 +123,23 @@ class VertexIds:
         self._renamed = 0  # entries in _renames
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.table)
+
+    @property
+    def names(self) -> list[str]:
+        """Every id's name ("" for one given back and not reused yet), decoded: a new list each time."""
+        return self._names_from(0)
+
+    def _names_from(self, start: int) -> list[str]:
+        return [name or "" for name in self.table.take(np.arange(start, len(self.table), dtype=np.int64))]
+
+    def __setstate__(self, state: dict) -> None:
+        """Ids pickled whole (a stage written whole) before the names were packed kept a list of them."""
+        names = state.pop("names", None)
+        self.__dict__.update(state)
+        if names is not None:
+            self.table = NameTable.of([name or None for name in names])
+            self.index = NameIndex(self.table)
 
     def name(self, names: list[str], epoch: int) -> np.ndarray:
         """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones.
@@ -168,12 +147,10 @@ class VertexIds:
         # The first names take the ids given back, lowest first; the rest new ids, in one run (all of
         # them outside window mode, where nothing is given back).
         reused = [heapq.heappop(self._free) for _ in range(min(len(self._free), len(names)))]
-        for i, name in zip(reused, names):
-            self.names[i] = name
-        start = len(self.names)
-        self.names.extend(names[len(reused):])
-        given = np.concatenate([np.array(reused, dtype=np.int64), np.arange(start, len(self.names), dtype=np.int64)])
-        self.index.put(names, given)
+        start = len(self.table)
+        given = np.concatenate([np.array(reused, dtype=np.int64),
+                                np.arange(start, start + len(names) - len(reused), dtype=np.int64)])
+        self.table.add(names, given)
         if reused:
             self._log_renames(epoch, np.array(reused, dtype=np.int64), names[: len(reused)])
         return given
@@ -227,15 +204,9 @@ class VertexIds:
             out = out[~busy(out)]
         if len(out):
             self._gone_since.view[out] = -1
-            names = self.names
-            gone = out.tolist()
-            # One search of the index for the whole batch: one by one, each name cost two lookups and a
-            # discard (~100 us), and the shards release the vertices the window emptied in bursts of
-            # ~10**5, so a merge that gave them back took tens of seconds.
-            self.index.discard_at([names[i] for i in gone], out)
-            for i in gone:
-                names[i] = ""
-            self._free.extend(gone)
+            # The whole batch at once: the shards release the vertices the window emptied in bursts of ~10**5.
+            self.table.remove(out)
+            self._free.extend(out.tolist())
             heapq.heapify(self._free)
             self._log_renames(epoch, out, [""] * len(out))
         return out
@@ -247,8 +218,9 @@ class VertexIds:
         if self.reuse_after is None:
             return
         self._sync()
-        n = len(self.names)
-        named = np.fromiter((bool(name) for name in self.names), dtype=bool, count=n)
+        n = len(self.table)
+        named = np.ones(n, dtype=bool)
+        named[self.table.unnamed()] = False
         gone = np.flatnonzero(named & (self._holders.view[:n] == 0) & (self._gone_since.view[:n] < 0))
         self._wait(gone, epoch)
 
@@ -256,14 +228,14 @@ class VertexIds:
         """For a consumer that has the names of ids below ``known`` as of epoch ``after``: what makes its
         copy equal to :attr:`names` now."""
         if after < self._renames_floor:
-            return NameChanges(0, list(self.names))
+            return NameChanges(0, self._names_from(0))
         newer = [(e_ids, e_names) for epoch, e_ids, e_names in self._renames if epoch > after]
         if not newer:
-            return NameChanges(known, self.names[known:])
+            return NameChanges(known, self._names_from(known))
         ids = np.concatenate([e_ids for e_ids, _ in newer])
         renamed = [name for _, e_names in newer for name in e_names]
         below = np.flatnonzero(ids < known)
-        return NameChanges(known, self.names[known:], ids[below], [renamed[k] for k in below.tolist()])
+        return NameChanges(known, self._names_from(known), ids[below], [renamed[k] for k in below.tolist()])
 
     def forget_renames(self, upto: int) -> None:
         """The consumer has the names as of epoch ``upto``: the changes up to it need not be kept."""
@@ -277,7 +249,7 @@ class VertexIds:
         # every pull.
         self._renames.append((epoch, ids, names))
         self._renamed += len(ids)
-        while self._renamed > len(self.names):
+        while self._renamed > len(self.table):
             self._drop_oldest_renames()
 
     def _drop_oldest_renames(self) -> None:
@@ -286,14 +258,14 @@ class VertexIds:
         self._renamed -= len(ids)
 
     def state(self) -> dict:
-        """What a checkpoint keeps: the names in id order, the given-back ids and those waiting to be
-        (epoch and id, and the epoch's watermark; how many shards hold each id comes back with the
-        shards' first deltas). The names go as one MessagePack array: a pickled list memoizes every
-        string (ten times slower)."""
+        """What a checkpoint keeps: the names in id order (the table's arrays, copied: the checkpoint is written
+        while the stage goes on), the given-back ids and those waiting to be (epoch and id, and the epoch's
+        watermark; how many shards hold each id comes back with the shards' first deltas)."""
         chunks = [(e, w, ids[self._gone_since.view[ids] == e]) for e, w, ids in self._waiting]
         waiting = np.concatenate([np.stack([np.full(len(ids), e, np.int64), ids], axis=1) for e, _, ids in chunks] or [np.zeros((0, 2), np.int64)])
         marks = np.concatenate([np.full(len(ids), w, np.float64) for _, w, ids in chunks] or [np.zeros(0)])
-        return {"names": msgspec.msgpack.encode(self.names), "free": np.array(sorted(self._free), dtype=np.int64),
+        names = {k: np.array(v) for k, v in self.table.state().items()}
+        return {"names": names, "free": np.array(sorted(self._free), dtype=np.int64),
                 "waiting": waiting, "waiting_since": marks}
 
     @classmethod
@@ -301,8 +273,12 @@ class VertexIds:
         """The ids of :meth:`state` (``state["epoch"]``: the checkpoint's, before which no rename is kept)."""
         ids = cls(reuse_after)
         names = state["names"]
-        ids.names = msgspec.msgpack.decode(names) if isinstance(names, bytes) else list(names)
-        ids.index = NameIndex.of(ids.names)
+        if isinstance(names, dict):
+            ids.table = NameTable.from_state(names)
+        else:  # a checkpoint written before the names were packed: one MessagePack array of them ("": no name)
+            listed = msgspec.msgpack.decode(names) if isinstance(names, bytes) else names
+            ids.table = NameTable.of([name or None for name in listed])
+        ids.index = NameIndex(ids.table)
         ids._sync()
         ids._free = [int(i) for i in state.get("free", ())]
         heapq.heapify(ids._free)
@@ -324,7 +300,7 @@ class VertexIds:
             self._waiting.append((epoch, self._watermark, np.asarray(ids, dtype=np.int64)))
 
     def _sync(self) -> None:
-        n = len(self.names)
+        n = len(self.table)
         if len(self._holders) < n:
             self._holders.extend(np.zeros(n - len(self._holders), dtype=np.int32))
         if len(self._gone_since) < n:

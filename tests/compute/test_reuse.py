@@ -9,6 +9,7 @@ copy of the names kept only from :meth:`~pulsegraph.compute.graph.GlobalGraph.na
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -306,3 +307,25 @@ def test_vertices_that_leave_and_come_back_keep_the_same_ids_however_merged_rest
             restarted = GlobalGraph.restore_ids(restarted.ids_state(), 1)
             restarted.set_windowed(True)
     assert came_back >= 12 and one.n <= 12  # names came back under other ids, in an id space of twelve
+
+
+def test_ids_written_before_the_names_were_packed_still_read_back():
+    """A checkpoint's ids whose names were one MessagePack array, and ids pickled whole (a stage written whole)
+    with a list of names and no table, read back as the same names and index."""
+    never = lambda ids: np.zeros(len(ids), bool)  # noqa: E731 - nothing is busy here
+    ids = VertexIds(reuse_after=5.0)
+    ids.give_back(1, 0.0, never)
+    ids.name(["a", "b", "c"], 1)
+    ids.hold(np.array([0, 1, 2]), 1, 1)
+    ids.hold(np.array([1]), -1, 1)
+    ids.give_back(2, 6.0, never)  # b's id is given back: no name there
+    assert ids.names == ["a", "", "c"]
+    old = {**ids.state(), "names": msgspec.msgpack.encode(["a", "", "c"]), "epoch": 2}
+    back = VertexIds.restore(old, 5.0)
+    assert back.names == ["a", "", "c"] and back.index.lookup(["a", "b", "c"]).tolist() == [0, -1, 2]
+    pickled = VertexIds.__new__(VertexIds)
+    pickled.__setstate__({**{k: v for k, v in ids.__dict__.items() if k not in ("table", "index")},
+                          "names": ["a", "", "c"]})
+    assert pickled.names == ["a", "", "c"] and pickled.index.lookup(["c", "a"]).tolist() == [2, 0]
+    assert pickled.name(["d"], 3).tolist() == [1] and pickled.names == ["a", "d", "c"]
+

@@ -7,6 +7,8 @@ hash), where most lookups find another name's id and must see that the bytes dif
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -26,9 +28,10 @@ def hashing(request, monkeypatch):
     return request.param
 
 
-# Names of several lengths and scripts, a lone surrogate (JSON allows one), the empty name, and pairs
-# that differ in one byte at either end: a comparison that skipped bytes would take one for the other.
-ODD = ["", "a", "ab", "ba", "é", "e\u0301", "日本", "\ud800", "x" * 300, "x" * 299 + "y", "y" + "x" * 299]
+# Names of several lengths and scripts, a lone surrogate (JSON allows one), the empty name, pairs
+# that differ in one byte at either end (a comparison that skipped bytes would take one for the other), and
+# names with a newline (what a read of many names puts between them, where none holds one).
+ODD = ["", "a", "ab", "ba", "é", "e\u0301", "日本", "\ud800", "x" * 300, "x" * 299 + "y", "y" + "x" * 299, "a\nb", "\n"]
 
 
 def random_names(rng, k: int) -> list[str]:
@@ -39,6 +42,7 @@ def random_names(rng, k: int) -> list[str]:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
     monkeypatch.setattr(pulsegraph.snapshots.nametable, "MIN_DEAD", 64)  # the blob is rewritten many times over
+    monkeypatch.setattr(pulsegraph.snapshots.nametable, "TAKE_CHUNK", 7)  # reads of many names, a chunk at a time
     rng = np.random.default_rng(seed)
     table, names, index = NameTable(), [], {}
     free: list[int] = []
@@ -73,6 +77,8 @@ def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
         assert table.tolist() == names and [table[i] for i in range(len(names))] == names
     again = NameTable.from_state({k: v.copy() for k, v in table.state().items()})
     assert again.tolist() == names and again.lookup(list(index)).tolist() == list(index.values())
+    unpickled = pickle.loads(pickle.dumps(table))  # its hash index built again, as in another process
+    assert unpickled.tolist() == names and unpickled.lookup(list(index)).tolist() == list(index.values())
     built = NameTable.of(names)
     assert built.tolist() == names and built.lookup(list(index)).tolist() == list(index.values())
     assert built.lookup([]).tolist() == [] and NameTable.of([]).lookup(["a"]).tolist() == [-1]
