@@ -42,14 +42,20 @@ class NameIndex:
     mapping methods for single names, :meth:`lookup` for a batch at array speed."""
 
     def __init__(self, table: NameTable) -> None:
-        self._table = table
+        self.table = table
+
+    @classmethod
+    def of(cls, names: list[str]) -> NameIndex:
+        """The index of ``names`` by id (``""``: no name there), in a table of its own: how a stage pickled whole
+        before the names were packed rebuilds its index (:meth:`VertexIds.__setstate__` then keeps that table)."""
+        return cls(NameTable.of([name or None for name in names]))
 
     def __len__(self) -> int:
-        return self._table.held
+        return self.table.held
 
     def lookup(self, names: list[str]) -> np.ndarray:
         """The id of each name (int64), -1 where it is not held."""
-        return self._table.lookup(names)
+        return self.table.lookup(names)
 
     def get(self, name: str, default: int | None = None) -> int | None:
         i = int(self.lookup([name])[0])
@@ -137,9 +143,8 @@ class VertexIds:
         """Ids pickled whole (a stage written whole) before the names were packed kept a list of them."""
         names = state.pop("names", None)
         self.__dict__.update(state)
-        if names is not None:
-            self.table = NameTable.of([name or None for name in names])
-            self.index = NameIndex(self.table)
+        if names is not None:  # its index came back as NameIndex.of(names): a table of those names
+            self.table = self.index.table
 
     def name(self, names: list[str], epoch: int) -> np.ndarray:
         """Give new ``names`` ids, in the order given: given-back ids first (lowest first), then new ones.

@@ -9,12 +9,14 @@ copy of the names kept only from :meth:`~pulsegraph.compute.graph.GlobalGraph.na
 
 from __future__ import annotations
 
+import pickle
+
 import msgspec
 import numpy as np
 import pytest
 
 from pulsegraph.compute.graph import GlobalGraph
-from pulsegraph.compute.ids import VertexIds
+from pulsegraph.compute.ids import NameIndex, VertexIds
 from pulsegraph.ingest.batch import Router
 from pulsegraph.ingest.events import EdgeUpdate
 from pulsegraph.snapshots.delta import EpochDelta
@@ -309,6 +311,16 @@ def test_vertices_that_leave_and_come_back_keep_the_same_ids_however_merged_rest
     assert came_back >= 12 and one.n <= 12  # names came back under other ids, in an id space of twelve
 
 
+class _IndexBefore:
+    """Pickles as the name index did before the names were packed: built again from the list of names."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def __reduce__(self):
+        return NameIndex.of, (self.names,)
+
+
 def test_ids_written_before_the_names_were_packed_still_read_back():
     """A checkpoint's ids whose names were one MessagePack array, and ids pickled whole (a stage written whole)
     with a list of names and no table, read back as the same names and index."""
@@ -323,9 +335,10 @@ def test_ids_written_before_the_names_were_packed_still_read_back():
     old = {**ids.state(), "names": msgspec.msgpack.encode(["a", "", "c"]), "epoch": 2}
     back = VertexIds.restore(old, 5.0)
     assert back.names == ["a", "", "c"] and back.index.lookup(["a", "b", "c"]).tolist() == [0, -1, 2]
-    pickled = VertexIds.__new__(VertexIds)
-    pickled.__setstate__({**{k: v for k, v in ids.__dict__.items() if k not in ("table", "index")},
-                          "names": ["a", "", "c"]})
-    assert pickled.names == ["a", "", "c"] and pickled.index.lookup(["c", "a"]).tolist() == [2, 0]
+    before = VertexIds.__new__(VertexIds)  # as the version before pickled its ids: a list and an index of it
+    before.__dict__.update({**{k: v for k, v in ids.__dict__.items() if k not in ("table", "index")},
+                            "names": ["a", "", "c"], "index": _IndexBefore(["a", "", "c"])})
+    pickled = pickle.loads(pickle.dumps(before))
+    assert pickled.names == ["a", "", "c"] and pickled.index.lookup(["c", "a", "b"]).tolist() == [2, 0, -1]
     assert pickled.name(["d"], 3).tolist() == [1] and pickled.names == ["a", "d", "c"]
 
