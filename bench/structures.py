@@ -12,6 +12,7 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
     .venv/bin/python -m bench.structures compute-names --ref a8691a0
     .venv/bin/python -m bench.structures compaction --ref 2039689
     .venv/bin/python -m bench.structures shard-names --ref 2727fe7
+    .venv/bin/python -m bench.structures name-reads --ref a8691a0
     .venv/bin/python -m bench.structures shard-store --ref b986fd8
     .venv/bin/python -m bench.structures landmark-bfs --ref 662617a
     .venv/bin/python -m bench.structures landmark-epochs --ref 662617a
@@ -36,6 +37,8 @@ figures are side by side on the same machine at the same time, as BENCHMARKS.md 
   over 13 M edges of skewed in-degrees: time and traced peak (the frontier's rows are read in slices).
 * ``landmark-epochs``: the landmarks' incremental update (repair, relaxing) over 10 epochs of 2 M tweets, landmarks
   kept: what reading frontiers in slices costs the many small frontiers of an ordinary epoch.
+* ``name-reads``: a :class:`pulsegraph.snapshots.nametable.NameTable` of 3 M names read whole: every name, the newest
+  50 k, and the table made again from its arrays (a restore).
 * ``shard-names``: a shard's :class:`pulsegraph.snapshots.interner.Interner`, rounds of 20 k names (12 k new) up to
   1.5 M names: bytes per name (traced), time per round, a checkpoint's encoding and load.
 """
@@ -223,6 +226,27 @@ def compute_names(mod) -> str:
     state_s = time.perf_counter() - t0
     return (f"{n:,} names: {kept / n:.1f} B a name; 60 epochs named in {name_s:.1f} s; a lookup of {len(asked):,} "
             f"{lookup_ms:.0f} ms; a first pull {pull_s:.2f} s; state {state_s:.2f} s")
+
+
+def name_reads(mod) -> str:
+    """A :class:`NameTable` of 3 M names read whole: every name by id (a consumer's first pull), the newest 50 k (an
+    epoch's new names), and the table made again from its arrays (a restore: every name decoded for its hash)."""
+    n = 3_000_000
+    names = [f"user{i}" for i in np.random.default_rng(0).permutation(n).tolist()]
+    table = mod.NameTable()
+    table.add(names, np.arange(n, dtype=np.int64))
+    t0 = time.perf_counter()
+    every = table.take(np.arange(n, dtype=np.int64))
+    all_s = time.perf_counter() - t0
+    assert every == names
+    t0 = time.perf_counter()
+    table.take(np.arange(n - 50_000, n, dtype=np.int64))
+    new_ms = (time.perf_counter() - t0) * 1000
+    state = {k: v.copy() for k, v in table.state().items()}
+    t0 = time.perf_counter()
+    mod.NameTable.from_state(state)
+    restore_s = time.perf_counter() - t0
+    return f"{n:,} names: every name {all_s:.2f} s, the newest 50 k {new_ms:.1f} ms, a restore {restore_s:.2f} s"
 
 
 def shard_names(mod) -> str:
@@ -446,6 +470,7 @@ CASES = {
     "compute-names": (compute_names, "compute/ids.py"),
     "compaction": (compaction, "compute/resident.py"),
     "shard-names": (shard_names, "snapshots/interner.py"),
+    "name-reads": (name_reads, "snapshots/nametable.py"),
     "shard-store": (shard_store, "snapshots/store.py"),
     "landmark-bfs": (landmark_bfs, "compute/apps/landmarks.py"),
     "landmark-epochs": (landmark_epochs, "compute/apps/landmarks.py"),

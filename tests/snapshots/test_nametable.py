@@ -42,7 +42,7 @@ def random_names(rng, k: int) -> list[str]:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_table_answers_as_a_list_and_a_dict_do(hashing, seed, monkeypatch):
     monkeypatch.setattr(pulsegraph.snapshots.nametable, "MIN_DEAD", 64)  # the blob is rewritten many times over
-    monkeypatch.setattr(pulsegraph.snapshots.nametable, "TAKE_CHUNK", 7)  # reads of many names, a chunk at a time
+    monkeypatch.setattr(pulsegraph.snapshots.nametable, "DECODE_CHUNK", 7)  # reads of many names, a chunk at a time
     rng = np.random.default_rng(seed)
     table, names, index = NameTable(), [], {}
     free: list[int] = []
