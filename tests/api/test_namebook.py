@@ -16,9 +16,11 @@ from pulsegraph.compute.ids import NameChanges
 from tests.api.test_store import reference_names
 
 # Names that tie on their first 16 bytes, differ past them or only in length, hold NUL, multi-byte
-# characters and a lone surrogate: what the order's sort by prefix must hand to the names themselves.
+# characters, a lone surrogate and a newline (what a read of many names puts between them, where none holds one):
+# what the order's sort by prefix must hand to the names themselves.
 LONG = "https://example.org/users/"
-POOL = ["", "a", "a\x00", "ab", "b", "é", "z\U0001f600", "\ud800x", "\ue000", *(f"{LONG}{k}" for k in (1, 10, 2, 20)),
+POOL = ["", "a", "a\x00", "a\nb", "ab", "b", "é", "z\U0001f600", "\ud800x", "\ue000",
+        *(f"{LONG}{k}" for k in (1, 10, 2, 20)),
         *(f"user{k}" for k in range(6)), "#tag", "#Tag"]
 
 

@@ -31,7 +31,8 @@ def hashing(request, monkeypatch):
 # Names of several lengths and scripts, a lone surrogate (JSON allows one), the empty name, pairs
 # that differ in one byte at either end (a comparison that skipped bytes would take one for the other), and
 # names with a newline (what a read of many names puts between them, where none holds one).
-ODD = ["", "a", "ab", "ba", "é", "e\u0301", "日本", "\ud800", "x" * 300, "x" * 299 + "y", "y" + "x" * 299, "a\nb", "\n"]
+ODD = ["", "a", "ab", "ba", "é", "e\u0301", "日本", "\ud800", "x" * 300, "x" * 299 + "y", "y" + "x" * 299,
+       "a\nb", "\n"]
 
 
 def random_names(rng, k: int) -> list[str]:
