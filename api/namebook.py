@@ -223,9 +223,9 @@ class _State:
         return len(self.tail) + len(self.renamed) + len(self.moved)
 
     def names_between(self, lo: int, hi: int) -> list[str]:
-        """The names of ids ``lo`` to ``hi - 1``, the base's decoded together
-        (:func:`~pulsegraph.snapshots.nametable.decoded`: a name read alone costs ~1.5 us, most of it indexing NumPy
-        scalars; one at a time over Python ints, ~0.3)."""
+        """The names of ids ``lo`` to ``hi - 1``, the base's decoded together with
+        :func:`~pulsegraph.snapshots.nametable.decoded` (a name read alone costs ~1.5 us, most of it indexing NumPy
+        scalars), then the renames and the tail over them."""
         b = self.base
         top = min(hi, b.n)
         out: list[str] = []
